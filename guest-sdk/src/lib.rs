@@ -1,0 +1,1 @@
+//! The durasync guest SDK (being written).

@@ -1,0 +1,59 @@
+//! The documented exit statuses of `durasync`, and which error maps to which.
+//! The README's table is the contract; keep the two in step.
+
+use durasync::durable;
+
+/// Success.
+pub const OK: u8 = 0;
+/// A host I/O failure (disk, permissions, a full file system): nothing changed.
+pub const IO: u8 = 1;
+/// The command line could not be parsed (clap's own status).
+pub const USAGE: u8 = 2;
+/// The request was refused before anything was touched: a bad name, a
+/// duplicate, a limit, a symlinked or wrong-kind target, a bad source entry.
+pub const INVALID: u8 = 3;
+/// The change was made, but a step after the commit point failed (see the
+/// message: durability unknown, or only the cleanup failed).
+pub const COMMITTED: u8 = 4;
+/// The file system cannot do the operation atomically; nothing changed.
+pub const UNSUPPORTED: u8 = 5;
+/// The plugin ran and returned an error.
+pub const PLUGIN_ERROR: u8 = 10;
+/// The plugin trapped (panic, bad memory access) or hit a limit (CPU budget,
+/// timeout, memory, bytes, files, output).
+pub const PLUGIN_TRAP: u8 = 11;
+/// The plugin or its manifest was refused: a forbidden import, a sha256
+/// mismatch, a bad manifest key or value, a missing WIT function.
+pub const POLICY: u8 = 12;
+
+/// The exit status for an error, from the first durable-core error in its
+/// chain (or an explicit [`Status`] attached by a command).
+pub fn status_of(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        if let Some(status) = cause.downcast_ref::<Status>() {
+            return status.0;
+        }
+        if let Some(e) = cause.downcast_ref::<durable::Error>() {
+            return core_status(e);
+        }
+    }
+    IO
+}
+
+/// The exit status for a durable-core error.
+pub fn core_status(e: &durable::Error) -> u8 {
+    if e.is_committed() {
+        COMMITTED
+    } else if matches!(e, durable::Error::Unsupported { .. }) {
+        UNSUPPORTED
+    } else if e.is_invalid_request() {
+        INVALID
+    } else {
+        IO
+    }
+}
+
+/// An explicit exit status carried in an error chain.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("exit status {0}")]
+pub struct Status(pub u8);

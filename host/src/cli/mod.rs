@@ -1,0 +1,34 @@
+//! The `durasync` command line: parse, call the library, print, exit.
+
+pub mod exit;
+pub mod native;
+
+use clap::{Parser, Subcommand};
+
+/// Atomic, crash-durable directory and file updates.
+#[derive(Debug, Parser)]
+#[command(name = "durasync", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Make a directory hold exactly the files of another, atomically and durably.
+    Sync(native::SyncArgs),
+    /// Replace one file atomically and durably.
+    Write(native::WriteArgs),
+    /// Remove durasync leftovers (staging, temporary files) after a crash.
+    Recover(native::RecoverArgs),
+}
+
+/// Run one parsed command.
+pub fn run(cli: &Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Sync(args) => native::sync(args),
+        Command::Write(args) => native::write(args),
+        Command::Recover(args) => native::recover(args),
+    }
+}

@@ -1,0 +1,190 @@
+//! The native commands: `sync`, `write`, `recover`. No plugin involved;
+//! they drive the durable core directly, for scripts and for auditing it.
+
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::json;
+
+use durasync::durable::{self, Options, Report};
+
+/// `durasync sync TARGET --from SRC_DIR`
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// The directory to replace atomically (created if missing; its parent must exist).
+    pub target: PathBuf,
+    /// The directory whose regular files and subdirectories (bytes and
+    /// permission bits) TARGET must hold exactly. Links, fifos and devices in
+    /// it are refused.
+    #[arg(long = "from", value_name = "SRC_DIR")]
+    pub from: PathBuf,
+    /// Print the result as a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `durasync write FILE --from SRC_FILE|-`
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    /// The file to replace atomically (created if missing; its directory must exist).
+    pub file: PathBuf,
+    /// Where the new bytes come from: a file, or `-` for standard input.
+    #[arg(long = "from", value_name = "SRC_FILE|-")]
+    pub from: String,
+    /// Exact permission bits in octal (`0600`); default: keep the existing
+    /// file's mode, 0644 for a new file.
+    #[arg(long, value_parser = parse_mode)]
+    pub mode: Option<u32>,
+    /// Print the result as a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `durasync recover DIR`
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// The directory to clean, with its subdirectories.
+    pub dir: PathBuf,
+    /// Print the removed paths as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parse an octal mode: `0600`, `600` or `0o600`, permission bits only.
+pub fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    let mode = u32::from_str_radix(digits, 8).map_err(|_| format!("`{s}` is not an octal mode like 0644"))?;
+    if mode > 0o7777 {
+        return Err(format!("`{s}` has bits outside the permission bits 07777"));
+    }
+    Ok(mode)
+}
+
+pub fn sync(args: &SyncArgs) -> Result<()> {
+    let opts = Options::default();
+    let (src_parent, src_name) = split_target(&args.from)?;
+    let src_dir = open_dir(&src_parent)?;
+    let tree = durable::read_tree(src_dir.as_fd(), &src_name, &args.from.display().to_string(), &opts.limits)
+        .with_context(|| format!("reading source {}", args.from.display()))?;
+    let (parent, name) = split_target(&args.target)?;
+    let parent_fd = open_dir(&parent)?;
+    let report = durable::sync_dir(parent_fd.as_fd(), &name, &tree, &opts)
+        .with_context(|| format!("syncing {}", args.target.display()))?;
+    print_report(&args.target, &report, args.json);
+    Ok(())
+}
+
+pub fn write(args: &WriteArgs) -> Result<()> {
+    let opts = Options::default();
+    let contents = if args.from == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut buf).context("reading standard input")?;
+        buf
+    } else {
+        let meta = std::fs::metadata(&args.from).with_context(|| format!("reading source {}", args.from))?;
+        if !meta.is_file() {
+            bail!("reading source {}: not a regular file", args.from);
+        }
+        std::fs::read(&args.from).with_context(|| format!("reading source {}", args.from))?
+    };
+    let (parent, name) = split_target(&args.file)?;
+    let dir = open_dir(&parent)?;
+    let report = durable::write_file(dir.as_fd(), &name, &contents, args.mode, &opts)
+        .with_context(|| format!("writing {}", args.file.display()))?;
+    print_report(&args.file, &report, args.json);
+    Ok(())
+}
+
+pub fn recover(args: &RecoverArgs) -> Result<()> {
+    let dir = open_dir(&args.dir)?;
+    let removed = durable::recover(dir.as_fd(), &Options::default())
+        .with_context(|| format!("recovering {}", args.dir.display()))?;
+    let shown: Vec<String> = removed.iter().map(|p| args.dir.join(p).display().to_string()).collect();
+    if args.json {
+        println!("{}", json!({ "dir": args.dir.display().to_string(), "removed": shown }));
+    } else if shown.is_empty() {
+        println!("nothing to recover in {}", args.dir.display());
+    } else {
+        for path in shown {
+            println!("removed {path}");
+        }
+    }
+    Ok(())
+}
+
+fn print_report(target: &Path, report: &Report, as_json: bool) {
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "target": target.display().to_string(),
+                "outcome": report.outcome.as_str(),
+                "written": report.written,
+                "removed": report.removed,
+            })
+        );
+    } else {
+        println!(
+            "{} {}: {} written, {} removed",
+            report.outcome.as_str(),
+            target.display(),
+            report.written,
+            report.removed
+        );
+    }
+}
+
+/// Split a target path into the directory that holds it and its final name.
+/// `/`, `..` and paths ending in `.` are refused: they have no name of their own.
+pub fn split_target(path: &Path) -> Result<(PathBuf, String)> {
+    let text = path.to_str().with_context(|| format!("{}: the path is not valid UTF-8", path.display()))?;
+    let trimmed = text.trim_end_matches('/');
+    let (parent, name) = match trimmed.rsplit_once('/') {
+        Some(("", name)) => ("/", name),
+        Some((parent, name)) => (parent, name),
+        None => (".", trimmed),
+    };
+    if name.is_empty() || name == "." || name == ".." {
+        bail!("{}: the path must end in a file or directory name", path.display());
+    }
+    Ok((PathBuf::from(parent), name.to_owned()))
+}
+
+/// Open a directory named by the operator (links in this path are followed:
+/// it is the operator's own path, not a plugin's).
+pub fn open_dir(path: &Path) -> Result<OwnedFd> {
+    rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(std::io::Error::from)
+    .with_context(|| format!("opening directory {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_in_octal_forms() {
+        assert_eq!(parse_mode("0600"), Ok(0o600));
+        assert_eq!(parse_mode("755"), Ok(0o755));
+        assert_eq!(parse_mode("0o4755"), Ok(0o4755));
+        assert!(parse_mode("0800").is_err());
+        assert!(parse_mode("10000").is_err());
+    }
+
+    #[test]
+    fn targets_split_into_parent_and_name() {
+        assert_eq!(split_target(Path::new("a/b/")).unwrap(), (PathBuf::from("a"), "b".into()));
+        assert_eq!(split_target(Path::new("/x")).unwrap(), (PathBuf::from("/"), "x".into()));
+        assert_eq!(split_target(Path::new("x")).unwrap(), (PathBuf::from("."), "x".into()));
+        for bad in ["/", "a/..", ".", ""] {
+            assert!(split_target(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+}

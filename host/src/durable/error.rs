@@ -1,0 +1,217 @@
+//! The core's typed errors.
+//!
+//! Two families are kept apart on purpose. Errors before the commit point
+//! (every variant but [`Error::Committed`]) guarantee that the target was
+//! not changed. [`Error::Committed`] means the new contents are already in
+//! place; what failed is making them durable or cleaning up after them.
+
+use std::fmt;
+use std::io;
+
+/// A step of a durable operation, named in I/O errors so a person knows what
+/// failed (`fsync file secrets/tls/tls.key: Input/output error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Opening a directory or a file.
+    Open,
+    /// Reading a file or a directory listing.
+    Read,
+    /// Taking the per-directory lock.
+    Lock,
+    /// Creating a directory.
+    Mkdir,
+    /// Creating a file with `O_CREAT|O_EXCL|O_NOFOLLOW`.
+    Create,
+    /// Writing a file's bytes.
+    Write,
+    /// Setting a file's exact mode.
+    Chmod,
+    /// Flushing a file's data and metadata.
+    FsyncFile,
+    /// Flushing a directory's entries.
+    FsyncDir,
+    /// `renameat2(RENAME_EXCHANGE)`.
+    Exchange,
+    /// A rename that moves an entry (`RENAME_NOREPLACE` or a plain rename).
+    Rename,
+    /// Flushing the parent directory: the commit point.
+    FsyncParent,
+    /// Removing a file or a directory tree.
+    Remove,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Step::Open => "open",
+            Step::Read => "read",
+            Step::Lock => "lock",
+            Step::Mkdir => "create directory",
+            Step::Create => "create file",
+            Step::Write => "write",
+            Step::Chmod => "set mode of",
+            Step::FsyncFile => "fsync file",
+            Step::FsyncDir => "fsync directory",
+            Step::Exchange => "exchange",
+            Step::Rename => "rename",
+            Step::FsyncParent => "fsync parent directory",
+            Step::Remove => "remove",
+        })
+    }
+}
+
+/// Everything that can go wrong in the durable core.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A name or path breaks the path rules. Nothing was touched.
+    #[error("invalid path {path:?}: {reason}")]
+    InvalidPath {
+        /// The offending path, as given.
+        path: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// A request names the same path twice, or a file where it also needs a
+    /// directory. Nothing was touched.
+    #[error("duplicate path {path:?}: {reason}")]
+    Duplicate {
+        /// The path named twice.
+        path: String,
+        /// How the two uses clash.
+        reason: &'static str,
+    },
+    /// A mode has bits outside the permission bits (`0o7777`).
+    #[error("invalid mode {mode:#o} for {path:?}: only permission bits (0o7777) are allowed")]
+    InvalidMode {
+        /// The file the mode was for.
+        path: String,
+        /// The mode given.
+        mode: u32,
+    },
+    /// Something exists at a path that must be a directory.
+    #[error("{path}: not a directory")]
+    NotADirectory {
+        /// The path.
+        path: String,
+    },
+    /// Something exists at a path that must be a regular file.
+    #[error("{path}: not a regular file")]
+    NotAFile {
+        /// The path.
+        path: String,
+    },
+    /// A target or a path component is a symbolic link. durasync never
+    /// follows links and never replaces one with a directory.
+    #[error("{path}: is a symbolic link; durasync never follows or replaces links")]
+    Symlink {
+        /// The path of the link.
+        path: String,
+    },
+    /// A path that must exist does not.
+    #[error("{path}: no such file or directory")]
+    NotFound {
+        /// The path.
+        path: String,
+    },
+    /// A source tree holds something that is neither a regular file nor a
+    /// directory (a symlink, a fifo, a device, a socket).
+    #[error("{path}: is a {kind}; only regular files and directories can be synced")]
+    UnsupportedEntry {
+        /// The entry's path.
+        path: String,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// A limit on files, bytes or names would be exceeded. Nothing was touched.
+    #[error("limit exceeded: {what}: {actual} is over the limit of {limit}")]
+    Limit {
+        /// What is limited.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+        /// What the request needs.
+        actual: u64,
+    },
+    /// The file system cannot do the operation atomically. Nothing was changed.
+    #[error("{path}: the file system ({fs}) does not support atomic {op} ({source}); nothing was changed")]
+    Unsupported {
+        /// The directory where it was tried.
+        path: String,
+        /// The file system's type, as far as it is known (`nfs`, `ext4`, …).
+        fs: String,
+        /// The operation (`RENAME_EXCHANGE`, `cross-device rename`).
+        op: &'static str,
+        /// The error the kernel returned.
+        source: io::Error,
+    },
+    /// An I/O error before the commit point. The target is unchanged.
+    #[error("{step} {path}: {source}")]
+    Io {
+        /// Which step failed.
+        step: Step,
+        /// The path it failed on.
+        path: String,
+        /// The kernel's error.
+        source: io::Error,
+    },
+    /// A failure after the swap: the new contents are in place and visible.
+    /// `durable` says whether the commit fsync had already returned (only the
+    /// cleanup failed) or not (durability unknown).
+    #[error("{}", committed_message(*.durable, *.step, .path, .source))]
+    Committed {
+        /// Whether the change is known to be durable.
+        durable: bool,
+        /// Which step failed.
+        step: Step,
+        /// The path it failed on.
+        path: String,
+        /// The kernel's error.
+        source: io::Error,
+    },
+}
+
+fn committed_message(durable: bool, step: Step, path: &str, source: &io::Error) -> String {
+    if durable {
+        format!(
+            "committed and durable, but {step} {path} failed afterwards: {source} \
+             (`durasync recover` removes the leftover)"
+        )
+    } else {
+        format!("committed, durability unknown: the new contents are live but {step} {path} failed: {source}")
+    }
+}
+
+impl Error {
+    pub(crate) fn invalid_path(path: &str, reason: &'static str) -> Self {
+        Error::InvalidPath { path: path.to_owned(), reason }
+    }
+
+    pub(crate) fn io(step: Step, path: impl Into<String>, source: impl Into<io::Error>) -> Self {
+        Error::Io { step, path: path.into(), source: source.into() }
+    }
+
+    /// Whether the failure happened after the commit point, so the new
+    /// contents are in place.
+    pub fn is_committed(&self) -> bool {
+        matches!(self, Error::Committed { .. })
+    }
+
+    /// Whether the request itself was bad (path rules, limits, duplicates,
+    /// a symlinked or wrong-kind target): retrying it can never succeed.
+    pub fn is_invalid_request(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidPath { .. }
+                | Error::Duplicate { .. }
+                | Error::InvalidMode { .. }
+                | Error::NotADirectory { .. }
+                | Error::NotAFile { .. }
+                | Error::Symlink { .. }
+                | Error::UnsupportedEntry { .. }
+                | Error::Limit { .. }
+        )
+    }
+}
+
+/// The core's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

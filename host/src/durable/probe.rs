@@ -1,0 +1,106 @@
+//! Observation points on every file-system change the core makes.
+//!
+//! The durable core issues each mutating system call through [`super::sys`],
+//! which calls [`Probe::before`] and [`Probe::after`] around it. Production
+//! code passes [`NoProbe`]; tests pass probes that record the sequence (the
+//! crash-state explorer replays it against a weak persistence model) or that
+//! fail a chosen step (fault injection). Because the probe wraps the very
+//! calls the `durasync` binary makes, what the tests check is what ships.
+
+use std::io;
+
+/// One mutating file-system operation, with paths relative to the directory
+/// the operation was anchored at (the parent fd given to the core; `.` is
+/// that directory itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op<'a> {
+    /// `flock(LOCK_EX)` on the lock file of directory `dir` (created if missing).
+    Lock {
+        /// The locked directory.
+        dir: &'a str,
+    },
+    /// `mkdirat(path)`.
+    Mkdir {
+        /// The new directory.
+        path: &'a str,
+    },
+    /// `openat(path, O_CREAT|O_EXCL|O_NOFOLLOW)`: a new, empty file.
+    Create {
+        /// The new file.
+        path: &'a str,
+    },
+    /// Writing all of `data` at offset 0 of the file just created at `path`.
+    Write {
+        /// The file.
+        path: &'a str,
+        /// Its complete new contents.
+        data: &'a [u8],
+    },
+    /// `fchmod` of the file or directory at `path`.
+    Chmod {
+        /// The file or directory.
+        path: &'a str,
+        /// The exact permission bits.
+        mode: u32,
+    },
+    /// `fsync` of the regular file at `path`, on the fd that wrote it.
+    FsyncFile {
+        /// The file.
+        path: &'a str,
+    },
+    /// `fsync` of the directory at `path`.
+    FsyncDir {
+        /// The directory.
+        path: &'a str,
+    },
+    /// `renameat2(a, b, RENAME_EXCHANGE)`.
+    Exchange {
+        /// One side.
+        a: &'a str,
+        /// The other side.
+        b: &'a str,
+    },
+    /// `renameat2(from, to)`, with `RENAME_NOREPLACE` unless `replace`.
+    Rename {
+        /// The entry moved.
+        from: &'a str,
+        /// Where it goes.
+        to: &'a str,
+        /// Whether an existing `to` is atomically replaced.
+        replace: bool,
+    },
+    /// `unlinkat(path)` of a non-directory.
+    Unlink {
+        /// The entry removed.
+        path: &'a str,
+    },
+    /// `unlinkat(path, AT_REMOVEDIR)` of an empty directory.
+    Rmdir {
+        /// The directory removed.
+        path: &'a str,
+    },
+}
+
+/// Hooks around every mutating system call of the core.
+///
+/// Implementations must be `Sync`: file writes and fsyncs run on several
+/// threads at once.
+pub trait Probe: Sync {
+    /// Called before the call is made. An error is returned to the core as
+    /// if the system call itself had failed with it, and the call is not made.
+    fn before(&self, op: &Op<'_>) -> io::Result<()> {
+        let _ = op;
+        Ok(())
+    }
+
+    /// Called after the call succeeded.
+    fn after(&self, op: &Op<'_>) {
+        let _ = op;
+    }
+}
+
+/// The probe production code uses: observes nothing, fails nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProbe;
+
+impl Probe for NoProbe {}

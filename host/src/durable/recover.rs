@@ -1,0 +1,88 @@
+//! Removing what a crash or a failed cleanup left behind: staging
+//! directories, old trees, temporary files and trash, all named by
+//! [`names::leftover_name`](super::names::leftover_name).
+//!
+//! Removal never follows a link: a symlink planted inside a leftover is
+//! unlinked, never traversed, so recovery cannot be turned into "delete
+//! anything the link points to".
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::Options;
+use super::error::Result;
+use super::names::is_leftover;
+use super::sys::{Kind, Sys, join, kind_at, open_dir};
+use super::tree::list_names;
+
+/// Remove every durasync leftover in `dir` and, recursively, in its
+/// subdirectories (never descending through links). Returns the removed
+/// leftovers' paths relative to `dir`, sorted.
+///
+/// Each directory that holds leftovers is locked while they are removed, so
+/// an operation in progress in another process is never disturbed: under the
+/// lock, any leftover is stale. Directories without leftovers are not touched
+/// (no lock file is created in them).
+pub fn recover(dir: BorrowedFd<'_>, opts: &Options<'_>) -> Result<Vec<String>> {
+    let sys = Sys::new(opts.probe);
+    let mut removed = Vec::new();
+    recover_in(&sys, dir, ".", &mut removed)?;
+    Ok(removed)
+}
+
+fn recover_in(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str, removed: &mut Vec<String>) -> Result<()> {
+    let mut names = list_names(dir, dir_path)?;
+    names.sort();
+    if names.iter().any(|n| is_leftover(n)) {
+        let _lock = sys.lock(dir, dir_path)?;
+        removed.extend(remove_leftovers(sys, dir, dir_path)?);
+    }
+    for name in names.iter().filter(|n| !is_leftover(n)) {
+        let path = join(dir_path, name);
+        if kind_at(dir, name, &path)?.0 == Kind::Dir {
+            let sub = open_dir(dir, name, &path)?;
+            recover_in(sys, sub.as_fd(), &path, removed)?;
+        }
+    }
+    Ok(())
+}
+
+/// Remove the leftovers directly in `dir`. The caller holds `dir`'s lock.
+pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<String>> {
+    let mut names: Vec<String> = list_names(dir, dir_path)?.into_iter().filter(|n| is_leftover(n)).collect();
+    names.sort();
+    let mut removed = Vec::with_capacity(names.len());
+    for name in names {
+        let path = join(dir_path, &name);
+        remove_tree(sys, dir, &name, &path)?;
+        removed.push(path);
+    }
+    Ok(removed)
+}
+
+/// Remove the entry `name` of `parent`, whatever it is; a directory with
+/// everything beneath it. Links are unlinked, never followed. Returns how
+/// many non-directories were removed.
+///
+/// Not durable on its own: nothing here is fsynced, because every caller
+/// removes things that are already unreachable (an old tree after the
+/// commit, a stale staging directory) and a crash merely leaves them for
+/// the next recovery.
+pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, path: &str) -> Result<u32> {
+    match kind_at(parent, name, path)?.0 {
+        Kind::Missing => Ok(0),
+        Kind::Dir => {
+            let dir = open_dir(parent, name, path)?;
+            let mut count = 0;
+            for child in list_names(dir.as_fd(), path)? {
+                count += remove_tree(sys, dir.as_fd(), &child, &join(path, &child))?;
+            }
+            drop(dir);
+            sys.rmdir(parent, name, path)?;
+            Ok(count)
+        }
+        _ => {
+            sys.unlink(parent, name, path)?;
+            Ok(1)
+        }
+    }
+}

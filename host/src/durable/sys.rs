@@ -1,0 +1,261 @@
+//! The core's only door to the kernel for changes: one small method per
+//! mutating system call, each wrapped in the [`Probe`] hooks and each
+//! returning an [`Error`] that names its step and path.
+//!
+//! Every call is relative to a directory fd; no method takes an absolute or
+//! multi-component path, so a concurrent rename of an ancestor cannot
+//! redirect a write. Every open uses `O_NOFOLLOW` and `O_CLOEXEC`.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, RenameFlags};
+
+use super::error::{Error, Result, Step};
+use super::names::LOCK_NAME;
+use super::probe::{Op, Probe};
+
+/// The mutating system calls, observed by a probe.
+#[derive(Clone, Copy)]
+pub(crate) struct Sys<'p> {
+    probe: &'p dyn Probe,
+}
+
+/// Join a logical path for messages and probes (`.` is the anchor itself).
+pub(crate) fn join(parent: &str, name: &str) -> String {
+    if parent == "." || parent.is_empty() { name.to_owned() } else { format!("{parent}/{name}") }
+}
+
+impl<'p> Sys<'p> {
+    pub(crate) fn new(probe: &'p dyn Probe) -> Self {
+        Sys { probe }
+    }
+
+    /// Run one observed call: `before` may veto it with an injected error.
+    fn observe<T>(
+        &self,
+        op: Op<'_>,
+        step: Step,
+        path: &str,
+        call: impl FnOnce() -> io::Result<T>,
+    ) -> Result<T> {
+        self.probe.before(&op).map_err(|e| Error::io(step, path, e))?;
+        let value = call().map_err(|e| Error::io(step, path, e))?;
+        self.probe.after(&op);
+        Ok(value)
+    }
+
+    /// Create (if needed) and exclusively lock `dir`'s lock file. The lock is
+    /// held until the returned fd is dropped.
+    pub(crate) fn lock(&self, dir: BorrowedFd<'_>, dir_path: &str) -> Result<OwnedFd> {
+        let lock_path = join(dir_path, LOCK_NAME);
+        self.observe(Op::Lock { dir: dir_path }, Step::Lock, &lock_path, || {
+            let fd = rustix::fs::openat(
+                dir,
+                LOCK_NAME,
+                OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )?;
+            rustix::fs::flock(&fd, FlockOperation::LockExclusive)?;
+            Ok(fd)
+        })
+    }
+
+    /// `mkdirat` then open the new directory (`O_DIRECTORY|O_NOFOLLOW`) and
+    /// set its exact mode, so the umask never decides it.
+    pub(crate) fn mkdir(&self, dir: BorrowedFd<'_>, name: &str, path: &str, mode: u32) -> Result<OwnedFd> {
+        self.observe(Op::Mkdir { path }, Step::Mkdir, path, || {
+            rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)).map_err(io::Error::from)
+        })?;
+        let fd = open_dir(dir, name, path)?;
+        self.chmod(&fd, path, mode)?;
+        Ok(fd)
+    }
+
+    /// A new empty file, `O_CREAT|O_EXCL|O_NOFOLLOW`: never an existing file,
+    /// never through a link.
+    pub(crate) fn create(&self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
+        self.observe(Op::Create { path }, Step::Create, path, || {
+            rustix::fs::openat(
+                dir,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(io::Error::from)
+        })
+    }
+
+    /// Write all of `data` to a freshly created file.
+    pub(crate) fn write_all(&self, fd: BorrowedFd<'_>, path: &str, data: &[u8]) -> Result<()> {
+        self.observe(Op::Write { path, data }, Step::Write, path, || {
+            let mut rest = data;
+            while !rest.is_empty() {
+                match rustix::io::write(fd, rest) {
+                    Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                    Ok(n) => rest = &rest[n..],
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Set exact permission bits with `fchmod` (the umask does not apply).
+    pub(crate) fn chmod(&self, fd: impl AsFd, path: &str, mode: u32) -> Result<()> {
+        self.observe(Op::Chmod { path, mode }, Step::Chmod, path, || {
+            rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).map_err(io::Error::from)
+        })
+    }
+
+    /// `fsync` a regular file on the fd that wrote it.
+    pub(crate) fn fsync_file(&self, fd: BorrowedFd<'_>, path: &str) -> Result<()> {
+        self.observe(Op::FsyncFile { path }, Step::FsyncFile, path, || {
+            rustix::fs::fsync(fd).map_err(io::Error::from)
+        })
+    }
+
+    /// `fsync` a directory; `step` tells a commit fsync from the others.
+    pub(crate) fn fsync_dir(&self, fd: BorrowedFd<'_>, path: &str, step: Step) -> Result<()> {
+        self.observe(Op::FsyncDir { path }, step, path, || rustix::fs::fsync(fd).map_err(io::Error::from))
+    }
+
+    /// `renameat2(RENAME_EXCHANGE)`: both names must exist; they swap in one step.
+    pub(crate) fn exchange(
+        &self,
+        dir_a: BorrowedFd<'_>,
+        a: &str,
+        path_a: &str,
+        dir_b: BorrowedFd<'_>,
+        b: &str,
+        path_b: &str,
+    ) -> Result<()> {
+        self.observe(Op::Exchange { a: path_a, b: path_b }, Step::Exchange, path_b, || {
+            rustix::fs::renameat_with(dir_a, a, dir_b, b, RenameFlags::EXCHANGE).map_err(io::Error::from)
+        })
+    }
+
+    /// `renameat2(from, to)`: `RENAME_NOREPLACE` unless `replace`, in which
+    /// case an existing `to` is atomically replaced.
+    pub(crate) fn rename(
+        &self,
+        dir: BorrowedFd<'_>,
+        from: &str,
+        from_path: &str,
+        to: &str,
+        to_path: &str,
+        replace: bool,
+    ) -> Result<()> {
+        let op = Op::Rename { from: from_path, to: to_path, replace };
+        self.observe(op, Step::Rename, to_path, || {
+            let flags = if replace { RenameFlags::empty() } else { RenameFlags::NOREPLACE };
+            rustix::fs::renameat_with(dir, from, dir, to, flags).map_err(io::Error::from)
+        })
+    }
+
+    /// `unlinkat` of a file, link or other non-directory.
+    pub(crate) fn unlink(&self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<()> {
+        self.observe(Op::Unlink { path }, Step::Remove, path, || {
+            rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(io::Error::from)
+        })
+    }
+
+    /// `unlinkat(AT_REMOVEDIR)` of an empty directory.
+    pub(crate) fn rmdir(&self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<()> {
+        self.observe(Op::Rmdir { path }, Step::Remove, path, || {
+            rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR).map_err(io::Error::from)
+        })
+    }
+}
+
+/// Open a directory beneath `dir` without following a link
+/// (`O_DIRECTORY|O_NOFOLLOW`). Reading only; not observed.
+pub(crate) fn open_dir(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| kind_error(e, path, Step::Open))
+}
+
+/// Open a regular file beneath `dir` for reading, without following a link.
+pub(crate) fn open_file(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
+    rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| kind_error(e, path, Step::Open))
+}
+
+/// Map the errnos that mean "wrong kind of entry" to typed errors.
+pub(crate) fn kind_error(e: rustix::io::Errno, path: &str, step: Step) -> Error {
+    match e {
+        rustix::io::Errno::NOENT => Error::NotFound { path: path.to_owned() },
+        rustix::io::Errno::LOOP => Error::Symlink { path: path.to_owned() },
+        rustix::io::Errno::NOTDIR => Error::NotADirectory { path: path.to_owned() },
+        other => Error::io(step, path, other),
+    }
+}
+
+/// What is at `name` in `dir`, without following a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Missing,
+    File,
+    Dir,
+    Symlink,
+    Other(&'static str),
+}
+
+/// `fstatat(AT_SYMLINK_NOFOLLOW)` reduced to what the core needs.
+pub(crate) fn kind_at(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<(Kind, u32)> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => {
+            let mode = st.st_mode as u32;
+            Ok((kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)), mode & 0o7777))
+        }
+        Err(rustix::io::Errno::NOENT) => Ok((Kind::Missing, 0)),
+        Err(e) => Err(Error::io(Step::Open, path, e)),
+    }
+}
+
+pub(crate) fn kind_of(ft: rustix::fs::FileType) -> Kind {
+    use rustix::fs::FileType as T;
+    match ft {
+        T::RegularFile => Kind::File,
+        T::Directory => Kind::Dir,
+        T::Symlink => Kind::Symlink,
+        T::Fifo => Kind::Other("fifo"),
+        T::Socket => Kind::Other("socket"),
+        T::CharacterDevice => Kind::Other("character device"),
+        T::BlockDevice => Kind::Other("block device"),
+        T::Unknown => Kind::Other("file of unknown type"),
+    }
+}
+
+/// The name of the file system holding `fd`, for "unsupported" errors.
+pub(crate) fn fs_name(fd: BorrowedFd<'_>) -> String {
+    let Ok(st) = rustix::fs::fstatfs(fd) else {
+        return "unknown file system".to_owned();
+    };
+    let magic = st.f_type as u64;
+    let name = match magic {
+        0xEF53 => "ext2/3/4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x6969 => "nfs",
+        0x794C_7630 => "overlayfs",
+        0xFF53_4D42 | 0xFE53_4D42 => "cifs/smb",
+        0x6573_5546 => "fuse",
+        0x5346_544E => "ntfs",
+        0x4d44 => "vfat",
+        0x2FC1_2FC1 => "zfs",
+        0x0BD0_0BD0 => "lustre",
+        0x0102_1997 => "9p",
+        0x6165_676C => "pstorefs",
+        0xF2F5_2010 => "f2fs",
+        _ => return format!("file system type {magic:#x}"),
+    };
+    name.to_owned()
+}

@@ -1,0 +1,81 @@
+//! Durable single-file replace (static pod manifests, kubeconfigs): write a
+//! temporary sibling, fsync it, rename it over the target, fsync the
+//! directory. Never delete-then-write: a reader or a crash sees the old
+//! bytes or the new bytes, never a missing, empty or partial file.
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::Options;
+use super::error::{Error, Result, Step};
+use super::names::{Leftover, check_name, leftover_name};
+use super::recover::remove_leftovers;
+use super::report::{Outcome, Report};
+use super::sync::committed;
+use super::sys::{Kind, Sys, kind_at};
+use super::tree::{MODE_MASK, read_file_at};
+
+/// The mode of a file created without an explicit mode.
+pub const DEFAULT_FILE_MODE: u32 = 0o644;
+
+/// Replace the file `name` in `dir` with `contents`, atomically and durably.
+///
+/// `mode` `None` keeps an existing file's mode and uses
+/// [`DEFAULT_FILE_MODE`] for a new one. When the file already holds exactly
+/// these bytes with this mode, nothing is written (`Unchanged`).
+///
+/// Errors other than [`Error::Committed`] leave the file as it was.
+pub fn write_file(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    contents: &[u8],
+    mode: Option<u32>,
+    opts: &Options<'_>,
+) -> Result<Report> {
+    check_name(name)?;
+    if let Some(m) = mode.filter(|m| m & !MODE_MASK != 0) {
+        return Err(Error::InvalidMode { path: name.to_owned(), mode: m });
+    }
+    if contents.len() as u64 > opts.limits.max_bytes {
+        return Err(Error::Limit {
+            what: "bytes in one write",
+            limit: opts.limits.max_bytes,
+            actual: contents.len() as u64,
+        });
+    }
+    let sys = Sys::new(opts.probe);
+    let _lock = sys.lock(dir, ".")?;
+    remove_leftovers(&sys, dir, ".")?;
+
+    let (exists, mode) = match kind_at(dir, name, name)? {
+        (Kind::File, old) => (true, mode.unwrap_or(old)),
+        (Kind::Missing, _) => (false, mode.unwrap_or(DEFAULT_FILE_MODE)),
+        (Kind::Symlink, _) => return Err(Error::Symlink { path: name.to_owned() }),
+        _ => return Err(Error::NotAFile { path: name.to_owned() }),
+    };
+    if exists && kind_at(dir, name, name)?.1 == mode && read_file_at(dir, name, name)? == contents {
+        return Ok(Report::unchanged());
+    }
+
+    let tmp = leftover_name(Leftover::Tmp);
+    let staged = (|| {
+        let fd = sys.create(dir, &tmp, &tmp)?;
+        sys.write_all(fd.as_fd(), &tmp, contents)?;
+        // fchmod, not the create mode: the umask must not change the bits.
+        sys.chmod(&fd, &tmp, mode)?;
+        // Data and mode durable before the rename can make them the target.
+        sys.fsync_file(fd.as_fd(), &tmp)
+    })();
+    if let Err(e) = staged {
+        let _ = sys.unlink(dir, &tmp, &tmp);
+        return Err(e);
+    }
+    // One atomic step from the old file to the new one (NOREPLACE when new,
+    // so a file created meanwhile by someone else is not clobbered).
+    if let Err(e) = sys.rename(dir, &tmp, &tmp, name, name, exists) {
+        let _ = sys.unlink(dir, &tmp, &tmp);
+        return Err(e);
+    }
+    // Commit point: the directory entry now naming the new inode is durable.
+    committed(sys.fsync_dir(dir, ".", Step::FsyncParent), false)?;
+    Ok(Report { outcome: if exists { Outcome::Replaced } else { Outcome::Created }, written: 1, removed: 0 })
+}

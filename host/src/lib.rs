@@ -1,0 +1,10 @@
+//! durasync: atomic, crash-durable directory and file updates, with the
+//! decisions about *what* to write made by sandboxed WebAssembly plugins.
+//!
+//! - [`durable`]: the native core (no WebAssembly), usable on its own.
+//! - [`runtime`]: the wasmtime host that runs plugins against the core.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod durable;
