@@ -1,5 +1,10 @@
-//! core tests (see tests/README.md).
+//! core tests (see tests/README.md): the durable core and the native CLI.
 
 #[path = "../support/mod.rs"]
 #[allow(dead_code)]
 mod support;
+
+#[allow(dead_code)]
+mod common;
+
+mod upstream_matrix;

@@ -1,0 +1,321 @@
+//! Helpers of the core tests: scratch directories, full-tree snapshots
+//! (names, bytes, modes), trees on disk, and probes that record or fail
+//! the core's system calls.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use durasync::durable::names::{LOCK_NAME, is_leftover};
+use durasync::durable::{Limits, Node, Op, Options, Probe, Tree};
+
+/// A fresh directory with an fd on it: the parent of the targets of a test.
+pub struct Scratch {
+    dir: tempfile::TempDir,
+    fd: OwnedFd,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("durasync-core-").tempdir().expect("create a scratch dir");
+        let fd = open_dir(dir.path());
+        Scratch { dir, fd }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub fn join(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+}
+
+/// Open a directory by path (the test's own path: links are followed).
+pub fn open_dir(path: &Path) -> OwnedFd {
+    rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
+}
+
+/// Options for a test: the given probe, default limits, `threads` workers.
+pub fn opts(probe: &dyn Probe, threads: usize) -> Options<'_> {
+    Options { probe, limits: Limits::default(), threads }
+}
+
+/// One entry of a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Dir { mode: u32 },
+    File { mode: u32, bytes: Vec<u8> },
+    Symlink { to: PathBuf },
+    Other { mode: u32 },
+}
+
+/// Everything beneath a path, by relative path (`""` is the path itself),
+/// links not followed. `None` when nothing is there.
+pub type Snapshot = Option<BTreeMap<String, Entry>>;
+
+pub fn snapshot(path: &Path) -> Snapshot {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => panic!("stat {}: {e}", path.display()),
+    };
+    let mut out = BTreeMap::new();
+    snap_into(path, "", &meta, &mut out);
+    Some(out)
+}
+
+fn snap_into(path: &Path, rel: &str, meta: &std::fs::Metadata, out: &mut BTreeMap<String, Entry>) {
+    let mode = meta.permissions().mode() & 0o7777;
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        out.insert(rel.to_owned(), Entry::Symlink { to: std::fs::read_link(path).unwrap() });
+    } else if ft.is_file() {
+        out.insert(rel.to_owned(), Entry::File { mode, bytes: std::fs::read(path).unwrap() });
+    } else if ft.is_dir() {
+        out.insert(rel.to_owned(), Entry::Dir { mode });
+        let mut children: Vec<_> = std::fs::read_dir(path).unwrap().map(|e| e.unwrap()).collect();
+        children.sort_by_key(|e| e.file_name());
+        for child in children {
+            let name = child.file_name().into_string().expect("utf-8 test names");
+            let child_rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let child_meta = std::fs::symlink_metadata(child.path()).unwrap();
+            snap_into(&child.path(), &child_rel, &child_meta, out);
+        }
+    } else {
+        out.insert(rel.to_owned(), Entry::Other { mode });
+    }
+}
+
+/// The snapshot a directory holding exactly `tree` has, its own mode `root_mode`.
+pub fn expected(tree: &Tree, root_mode: u32) -> Snapshot {
+    let mut out = BTreeMap::new();
+    out.insert(String::new(), Entry::Dir { mode: root_mode });
+    for (path, node) in tree.iter() {
+        let entry = match node {
+            Node::File { contents, mode } => Entry::File { mode: *mode, bytes: contents.clone() },
+            Node::Dir { mode, .. } => Entry::Dir { mode: *mode },
+        };
+        out.insert(path.to_owned(), entry);
+    }
+    Some(out)
+}
+
+/// A snapshot without its root entry: what a directory holds, whatever its own mode.
+pub fn contents(snap: &Snapshot) -> BTreeMap<String, Entry> {
+    let mut map = snap.clone().expect("the directory exists");
+    map.remove("");
+    map
+}
+
+/// The names directly in `dir`, without the lock file.
+pub fn names(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != LOCK_NAME)
+        .collect()
+}
+
+/// The durasync leftovers directly in `dir`.
+pub fn leftovers(dir: &Path) -> Vec<String> {
+    names(dir).into_iter().filter(|n| is_leftover(n)).collect()
+}
+
+/// A tree from `(path, contents, mode)` triples.
+pub fn tree(files: &[(&str, &[u8], u32)]) -> Tree {
+    let mut t = Tree::new();
+    for (path, contents, mode) in files {
+        t.add_file(path, contents.to_vec(), *mode).unwrap();
+    }
+    t
+}
+
+/// `n` files of `size` bytes, named `{prefix}{i}`, the bytes depending on `seed`.
+pub fn many_files(prefix: &str, n: usize, size: usize, seed: u8) -> Tree {
+    let mut t = Tree::new();
+    for i in 0..n {
+        let byte = seed.wrapping_add(i as u8);
+        t.add_file(&format!("{prefix}{i:04}"), vec![byte; size], 0o644).unwrap();
+    }
+    t
+}
+
+/// Create `path` as a directory holding exactly `tree`, with exact modes
+/// (directories get theirs last, so read-only ones can still be filled).
+pub fn write_tree(path: &Path, tree: &Tree, root_mode: u32) {
+    std::fs::create_dir(path).unwrap();
+    let mut dirs = Vec::new();
+    for (rel, node) in tree.iter() {
+        let p = path.join(rel);
+        match node {
+            Node::Dir { mode, .. } => {
+                std::fs::create_dir(&p).unwrap();
+                dirs.push((p, *mode));
+            }
+            Node::File { contents, mode } => {
+                std::fs::write(&p, contents).unwrap();
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).unwrap();
+            }
+        }
+    }
+    dirs.push((path.to_owned(), root_mode));
+    for (p, mode) in dirs.into_iter().rev() {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+/// A core operation, described independently of its random leftover names
+/// (`<stage>`, `<tmp>`, `<trash>`), so that a step of one run can be found
+/// again in another.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub kind: &'static str,
+    pub path: String,
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind, self.path)
+    }
+}
+
+impl Key {
+    pub fn is(&self, kind: &str, path: &str) -> bool {
+        self.kind == kind && self.path == path
+    }
+}
+
+/// Replace leftover names by their label: `.durasync-stage-…/a` → `<stage>/a`.
+pub fn normalize(path: &str) -> String {
+    path.split('/')
+        .map(|c| if is_leftover(c) { format!("<{}>", c.split('-').nth(1).unwrap()) } else { c.to_owned() })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+pub fn key(op: &Op<'_>) -> Key {
+    let (kind, path) = match op {
+        Op::Lock { dir } => ("lock", normalize(dir)),
+        Op::Mkdir { path } => ("mkdir", normalize(path)),
+        Op::Create { path } => ("create", normalize(path)),
+        Op::Write { path, .. } => ("write", normalize(path)),
+        Op::Chmod { path, .. } => ("chmod", normalize(path)),
+        Op::FsyncFile { path } => ("fsync-file", normalize(path)),
+        Op::FsyncDir { path } => ("fsync-dir", normalize(path)),
+        Op::Exchange { a, b } => ("exchange", format!("{} <-> {}", normalize(a), normalize(b))),
+        Op::Rename { from, to, .. } => ("rename", format!("{} -> {}", normalize(from), normalize(to))),
+        Op::Unlink { path } => ("unlink", normalize(path)),
+        Op::Rmdir { path } => ("rmdir", normalize(path)),
+    };
+    Key { kind, path }
+}
+
+/// Records every operation the core attempts, in order.
+#[derive(Default)]
+pub struct Recorder {
+    ops: Mutex<Vec<Key>>,
+}
+
+impl Recorder {
+    pub fn keys(&self) -> Vec<Key> {
+        self.ops.lock().unwrap().clone()
+    }
+
+    pub fn count(&self, kind: &str) -> usize {
+        self.ops.lock().unwrap().iter().filter(|k| k.kind == kind).count()
+    }
+}
+
+impl Probe for Recorder {
+    fn before(&self, op: &Op<'_>) -> io::Result<()> {
+        self.ops.lock().unwrap().push(key(op));
+        Ok(())
+    }
+}
+
+/// Fails every operation matching a predicate with an errno, and counts
+/// how often it did (a test asserts that the fault was really injected).
+pub struct FailWhen<F> {
+    pred: F,
+    errno: i32,
+    hits: AtomicUsize,
+}
+
+impl<F: Fn(&Key) -> bool + Sync> FailWhen<F> {
+    pub fn new(errno: rustix::io::Errno, pred: F) -> Self {
+        FailWhen { pred, errno: errno.raw_os_error(), hits: AtomicUsize::new(0) }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+impl<F: Fn(&Key) -> bool + Sync> Probe for FailWhen<F> {
+    fn before(&self, op: &Op<'_>) -> io::Result<()> {
+        if (self.pred)(&key(op)) {
+            self.hits.fetch_add(1, Ordering::SeqCst);
+            return Err(io::Error::from_raw_os_error(self.errno));
+        }
+        Ok(())
+    }
+}
+
+/// Fail exactly the operation `key` (every time it is attempted).
+pub fn fail_at(key: Key) -> FailWhen<impl Fn(&Key) -> bool + Sync> {
+    FailWhen::new(rustix::io::Errno::IO, move |k| *k == key)
+}
+
+/// Run the real binary, with `args`, in `cwd`.
+pub fn durasync(args: &[&str], cwd: &Path) -> Output {
+    Command::new(crate::support::durasync())
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("DURASYNC_LOG")
+        .output()
+        .expect("run durasync")
+}
+
+/// Like [`durasync`], but under `umask` (through `sh -c 'umask U; exec …'`).
+pub fn durasync_umask(umask: &str, args: &[&str], cwd: &Path) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask {umask}; exec \"$0\" \"$@\""))
+        .arg(crate::support::durasync())
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("DURASYNC_LOG")
+        .output()
+        .expect("run sh")
+}
+
+/// stdout of a run that must have succeeded.
+pub fn ok_stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "durasync failed with {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
