@@ -7,4 +7,5 @@ mod support;
 #[allow(dead_code)]
 mod common;
 
+mod faults;
 mod upstream_matrix;
