@@ -7,5 +7,6 @@ mod support;
 #[allow(dead_code)]
 mod common;
 
+mod bad_input;
 mod faults;
 mod upstream_matrix;
