@@ -9,4 +9,5 @@ mod common;
 
 mod bad_input;
 mod faults;
+mod leftovers;
 mod upstream_matrix;
