@@ -5,6 +5,7 @@
 //! - [`runtime`]: the wasmtime host that runs plugins against the core.
 
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod durable;
+pub mod runtime;

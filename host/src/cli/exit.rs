@@ -33,6 +33,9 @@ pub fn status_of(err: &anyhow::Error) -> u8 {
         if let Some(status) = cause.downcast_ref::<Status>() {
             return status.0;
         }
+        if let Some(e) = cause.downcast_ref::<durasync::runtime::Error>() {
+            return super::plugin::runtime_status(e);
+        }
         if let Some(e) = cause.downcast_ref::<durable::Error>() {
             return core_status(e);
         }

@@ -2,6 +2,7 @@
 
 pub mod exit;
 pub mod native;
+pub mod plugin;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,10 @@ pub enum Command {
     Write(native::WriteArgs),
     /// Remove durasync leftovers (staging, temporary files) after a crash.
     Recover(native::RecoverArgs),
+    /// Run a sandboxed plugin once, as its manifest grants.
+    Run(plugin::RunArgs),
+    /// Show a plugin's sha256, WIT version, imports, exports, policy verdict and `describe`.
+    Inspect(plugin::InspectArgs),
 }
 
 /// Run one parsed command.
@@ -30,5 +35,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Sync(args) => native::sync(args),
         Command::Write(args) => native::write(args),
         Command::Recover(args) => native::recover(args),
+        Command::Run(args) => plugin::run(args),
+        Command::Inspect(args) => plugin::inspect(args),
     }
 }

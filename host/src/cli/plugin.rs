@@ -1,0 +1,212 @@
+//! The plugin commands: `run` (one run of a plugin's `run` export) and
+//! `inspect` (what a component is and whether it would be loaded).
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::json;
+
+use durasync::runtime::{self, CacheConfig, Manifest, Operation, RunRequest, Runtime};
+
+use super::exit;
+
+/// `durasync run MANIFEST`
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The plugin's manifest (`plugin.toml`).
+    pub manifest: PathBuf,
+    /// Bytes handed to the plugin's `run` as `input`: a file, or `-` for
+    /// standard input (empty when absent).
+    #[arg(long, value_name = "FILE|-")]
+    pub input: Option<String>,
+    /// Point granted root NAME at PATH (relative to the current directory),
+    /// keeping the manifest's access; a root the manifest lacks is granted rw.
+    #[arg(long = "root", value_name = "NAME=PATH")]
+    pub roots: Vec<String>,
+    /// Change nothing on disk: show what each operation would add, change
+    /// and remove (the plugin sees the reports as if it had happened).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Where compiled plugins are cached (default `$XDG_CACHE_HOME/durasync`).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile the plugin every time; never read or write the cache.
+    #[arg(long, conflicts_with = "cache_dir")]
+    pub no_cache: bool,
+}
+
+/// `durasync inspect PLUGIN.wasm|MANIFEST`
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// A component (`.wasm`) or a manifest (`.toml`).
+    pub target: PathBuf,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The exit status of a runtime error (the README's table).
+pub fn runtime_status(e: &runtime::Error) -> u8 {
+    match e.kind() {
+        runtime::ErrorKind::Policy => exit::POLICY,
+        runtime::ErrorKind::Trap => exit::PLUGIN_TRAP,
+        runtime::ErrorKind::Plugin => exit::PLUGIN_ERROR,
+        runtime::ErrorKind::Io => exit::IO,
+    }
+}
+
+pub fn run(args: &RunArgs) -> Result<()> {
+    let mut manifest = Manifest::load(&args.manifest)?;
+    for spec in &args.roots {
+        let Some((name, path)) = spec.split_once('=') else {
+            return Err(anyhow::Error::new(exit::Status(exit::USAGE)))
+                .context(format!("--root {spec}: expected NAME=PATH"));
+        };
+        manifest.override_root(name, PathBuf::from(path))?;
+    }
+    let input = match args.input.as_deref() {
+        None => Vec::new(),
+        Some("-") => {
+            let mut buf = Vec::new();
+            std::io::stdin().lock().read_to_end(&mut buf).context("reading standard input")?;
+            buf
+        }
+        Some(file) => std::fs::read(file).with_context(|| format!("reading input {file}"))?,
+    };
+    let cache = if args.no_cache {
+        CacheConfig::Disabled
+    } else {
+        args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir)
+    };
+    let request = RunRequest::from_manifest(&manifest, input, args.dry_run)?;
+    let runtime = Runtime::new(&cache)?;
+    let plugin = runtime.load_manifest(&manifest)?;
+    match plugin.run(&request) {
+        Ok(outcome) => {
+            if args.json {
+                let v = json!({
+                    "plugin": outcome.plugin,
+                    "result": outcome.result,
+                    "dry_run": args.dry_run,
+                    "operations": outcome.operations,
+                });
+                println!("{v}");
+            } else {
+                if args.dry_run {
+                    println!("dry run: nothing was changed on disk");
+                }
+                println!("{}", outcome.result);
+                print_operations(&outcome.operations);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            // What already happened is on disk: say so before the error.
+            if !e.operations().is_empty() {
+                if args.json {
+                    println!("{}", json!({ "plugin": manifest.name, "operations": e.operations() }));
+                } else {
+                    print_operations(e.operations());
+                }
+            }
+            Err(e.into())
+        }
+    }
+}
+
+fn print_operations(ops: &[Operation]) {
+    for op in ops {
+        let error = op.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+        println!(
+            "{} {}:{}: {} written, {} removed ({} ms){error}",
+            op.outcome, op.root, op.path, op.written, op.removed, op.ms
+        );
+        if let Some(plan) = &op.plan {
+            for (mark, names) in [("+", &plan.added), ("~", &plan.changed), ("-", &plan.removed)] {
+                for name in names {
+                    println!("  {mark} {name}");
+                }
+            }
+        }
+    }
+}
+
+pub fn inspect(args: &InspectArgs) -> Result<()> {
+    let is_manifest = args.target.extension().is_some_and(|e| e == "toml");
+    let manifest = if is_manifest { Some(Manifest::load(&args.target)?) } else { None };
+    let wasm_path = manifest.as_ref().map_or(args.target.clone(), |m| m.wasm.clone());
+    let wasm = std::fs::read(&wasm_path).with_context(|| format!("reading {}", wasm_path.display()))?;
+    let label = manifest.as_ref().map_or_else(|| wasm_path.display().to_string(), |m| m.name.clone());
+    let sha256 = runtime::sha256_hex(&wasm);
+    let mut problems = Vec::new();
+    if let Some(m) = &manifest
+        && m.sha256 != sha256
+    {
+        problems.push(format!("sha256 mismatch: the manifest pins {}", m.sha256));
+    }
+    let runtime = Runtime::new(&CacheConfig::Default)?;
+    let compiled = runtime.compile(&label, &wasm)?;
+    let interface = compiled.interface.clone();
+    problems.extend(interface.violations());
+    let mut describe = None;
+    if problems.is_empty() {
+        match runtime.link(&label, compiled).and_then(|p| p.describe(&label)) {
+            Ok(info) => describe = Some(info),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    let version = interface.wit_version().unwrap_or("unknown").to_owned();
+    if args.json {
+        let v = json!({
+            "file": wasm_path.display().to_string(),
+            "sha256": sha256,
+            "wit_version": version,
+            "imports": interface.imports,
+            "exports": interface.exports,
+            "policy": if problems.is_empty() { "pass" } else { "fail" },
+            "problems": problems,
+            "describe": describe,
+        });
+        println!("{v}");
+    } else {
+        println!("file:        {}", wasm_path.display());
+        println!("sha256:      {sha256}");
+        println!("wit version: durasync:plugin@{version}");
+        println!("imports:");
+        for i in &interface.imports {
+            println!("  {i}");
+        }
+        println!("exports:");
+        for e in &interface.exports {
+            println!("  {e}");
+        }
+        if problems.is_empty() {
+            println!("policy:      pass");
+        } else {
+            println!("policy:      FAIL");
+            for p in &problems {
+                println!("  {p}");
+            }
+        }
+        if let Some(info) = &describe {
+            println!("describe:");
+            println!("  name:    {}", info.name);
+            println!("  version: {}", info.version);
+            println!("  summary: {}", info.summary);
+            println!("  roots:   {}", info.roots.join(", "));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(anyhow::Error::new(exit::Status(exit::POLICY)))
+            .context(format!("{label}: refused by policy"));
+    }
+    if describe.is_none() {
+        bail!("{label}: describe failed");
+    }
+    Ok(())
+}

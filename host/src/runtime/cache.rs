@@ -1,0 +1,161 @@
+//! The precompile cache: compiled components keyed by the component's
+//! sha256 and the engine's compatibility hash (wasmtime version, target,
+//! and every setting that changes generated code, fuel and epochs included).
+//!
+//! Loading a cached artifact is about a thousand times cheaper than
+//! compiling, which is what lets `durasync run` start fast on every
+//! reconcile. Any doubt means recompiling: a file that is not a precompiled
+//! component, that wasmtime refuses to deserialize (another version or
+//! configuration), or that anyone but this user could have written.
+
+#![allow(unsafe_code)]
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use wasmtime::component::Component;
+use wasmtime::{Engine, Precompiled};
+
+/// Where compiled components are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheConfig {
+    /// `$XDG_CACHE_HOME/durasync`, else `$HOME/.cache/durasync`.
+    Default,
+    /// An explicit directory (`--cache-dir`).
+    Dir(PathBuf),
+    /// No cache: always compile (`--no-cache`).
+    Disabled,
+}
+
+/// What the cache did for one load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Loaded a precompiled artifact.
+    Hit,
+    /// Nothing cached: compiled, and stored when possible.
+    Miss,
+    /// An artifact was there but not usable (the reason): recompiled.
+    Stale(String),
+    /// Caching is off: compiled.
+    Disabled,
+}
+
+pub(crate) struct Cache {
+    dir: Option<PathBuf>,
+}
+
+impl Cache {
+    pub(crate) fn new(config: &CacheConfig) -> Self {
+        let dir = match config {
+            CacheConfig::Disabled => None,
+            CacheConfig::Dir(d) => Some(d.clone()),
+            CacheConfig::Default => std::env::var_os("XDG_CACHE_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| Path::new(&h).join(".cache"))
+                })
+                .map(|d| d.join("durasync")),
+        };
+        Cache { dir }
+    }
+
+    /// The artifact path for a component.
+    fn path(&self, engine: &Engine, sha256: &str) -> Option<PathBuf> {
+        let mut h = std::hash::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        Some(self.dir.as_ref()?.join(format!("{sha256}-{:016x}.cwasm", h.finish())))
+    }
+
+    /// The compiled component for `wasm` (whose sha256 is `sha256`), from the
+    /// cache when a trustworthy artifact is there, else compiled (and stored).
+    pub(crate) fn load(
+        &self,
+        engine: &Engine,
+        sha256: &str,
+        wasm: &[u8],
+    ) -> wasmtime::Result<(Component, CacheStatus)> {
+        let Some(path) = self.path(engine, sha256) else {
+            return Ok((Component::new(engine, wasm)?, CacheStatus::Disabled));
+        };
+        let status = match try_load(engine, &path) {
+            Ok(Some(c)) => return Ok((c, CacheStatus::Hit)),
+            Ok(None) => CacheStatus::Miss,
+            Err(why) => {
+                tracing::info!("cache: {}: {why}; recompiling", path.display());
+                CacheStatus::Stale(why)
+            }
+        };
+        let component = Component::new(engine, wasm)?;
+        if let Err(e) = store(&component, &path) {
+            tracing::warn!("cache: cannot store {}: {e}", path.display());
+        }
+        Ok((component, status))
+    }
+}
+
+/// The cached component at `path`: `Ok(None)` when there is none, `Err`
+/// with the reason when there is one that must not be used.
+fn try_load(engine: &Engine, path: &Path) -> Result<Option<Component>, String> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    trusted(&meta, "artifact")?;
+    let dir_meta = std::fs::metadata(path.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
+    trusted(&dir_meta, "cache directory")?;
+    match Engine::detect_precompiled_file(path) {
+        Ok(Some(Precompiled::Component)) => {}
+        Ok(_) => return Err("not a precompiled component".into()),
+        Err(e) => return Err(format!("{e}")),
+    }
+    // SAFETY: `Component::deserialize_file` runs the machine code in the
+    // file, so the file must have been produced by wasmtime from a component
+    // we would compile ourselves. It is: the file sits under a key that
+    // names the component's sha256, in a directory that only this user can
+    // write (checked above, as is the file's owner and mode), and durasync
+    // writes it atomically (temporary file + rename), so it is never seen
+    // half written. wasmtime itself checks the version and the engine
+    // configuration in the artifact's header and refuses a mismatch, which
+    // we turn into a recompile.
+    unsafe { Component::deserialize_file(engine, path) }.map(Some).map_err(|e| format!("{e}"))
+}
+
+/// Refuse a file or directory that someone other than this user owns or
+/// that group or others may write.
+fn trusted(meta: &std::fs::Metadata, what: &str) -> Result<(), String> {
+    let uid = rustix::process::geteuid().as_raw();
+    if meta.uid() != uid {
+        return Err(format!("the {what} is owned by uid {}, not by this user ({uid})", meta.uid()));
+    }
+    if meta.permissions().mode() & 0o022 != 0 {
+        return Err(format!("the {what} is writable by group or others"));
+    }
+    if meta.file_type().is_symlink() {
+        return Err(format!("the {what} is a symbolic link"));
+    }
+    Ok(())
+}
+
+/// Store an artifact atomically: a private temporary file renamed into place.
+fn store(component: &Component, path: &Path) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let bytes = component.serialize().map_err(|e| std::io::Error::other(format!("{e}")))?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("artifact");
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(&bytes)?;
+        // The rename may only ever publish a complete file.
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}

@@ -1,0 +1,233 @@
+//! The runtime's errors, and the one mapping from the durable core's errors
+//! to the WIT `error` variant a plugin sees.
+//!
+//! Two kinds of failure are kept apart: what the plugin asked for and the
+//! core refused (a bad path, a read-only root, a full disk) reaches the
+//! plugin as a WIT `error` value it can handle; host bugs, handle-table
+//! errors and exhausted limits become traps, which end the call.
+
+use super::bindings::durasync::plugin::types::Error as WitError;
+use super::fs::Operation;
+use super::limits::{human_bytes, human_ms};
+use crate::durable;
+
+/// What class of failure an [`Error`] is (the CLI maps each to an exit status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The plugin or its manifest was refused before it ran.
+    Policy,
+    /// The plugin trapped or hit a limit.
+    Trap,
+    /// The plugin ran and returned an error.
+    Plugin,
+    /// A host I/O failure.
+    Io,
+}
+
+/// Why a call was stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrapReason {
+    /// Out of fuel.
+    Fuel {
+        /// The budget, in fuel units.
+        budget: u64,
+    },
+    /// The wall-clock deadline passed.
+    Timeout {
+        /// The limit, in milliseconds.
+        ms: u64,
+    },
+    /// A memory grow past the cap.
+    Memory {
+        /// The cap, in bytes.
+        limit: u64,
+    },
+    /// A per-run limit of the manifest (bytes or files written).
+    Limit {
+        /// Which limit and by how much.
+        message: String,
+    },
+    /// The result or error message is longer than `limits.output_bytes`.
+    Output {
+        /// Its length.
+        len: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// A Rust panic in the guest.
+    Panic {
+        /// The panic message, from the guest's stderr.
+        message: String,
+    },
+    /// Any other trap (bad memory access, unreachable, stack overflow, ...).
+    Other {
+        /// wasmtime's description, with the guest's stderr when it wrote any.
+        message: String,
+    },
+}
+
+impl std::fmt::Display for TrapReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TrapReason::Fuel { budget } => {
+                write!(f, "exceeded its CPU budget of {budget} fuel units (limits.fuel)")
+            }
+            TrapReason::Timeout { ms } => write!(f, "timed out after {} (limits.timeout_ms)", human_ms(*ms)),
+            TrapReason::Memory { limit } => {
+                write!(f, "exceeded its memory limit of {} (limits.memory_bytes)", human_bytes(*limit))
+            }
+            TrapReason::Limit { message } => write!(f, "{message}"),
+            TrapReason::Output { len, limit } => write!(
+                f,
+                "returned {} of output, over its limit of {} (limits.output_bytes)",
+                human_bytes(*len),
+                human_bytes(*limit)
+            ),
+            TrapReason::Panic { message } => write!(f, "panicked: {message}"),
+            TrapReason::Other { message } => write!(f, "trapped: {message}"),
+        }
+    }
+}
+
+/// Everything the runtime can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A manifest key is missing or has a bad value.
+    #[error("manifest {manifest}: `{key}` {reason}")]
+    Manifest {
+        /// The manifest's path.
+        manifest: String,
+        /// The dotted key (`limits.fuel`).
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The component is not the one the manifest pins.
+    #[error("{wasm}: sha256 is {actual}, but the manifest pins {expected}; refusing to load it")]
+    Sha256Mismatch {
+        /// The component's path.
+        wasm: String,
+        /// The manifest's value.
+        expected: String,
+        /// The file's.
+        actual: String,
+    },
+    /// The component breaks the load-time policy (a forbidden import, a
+    /// missing function, not a component at all).
+    #[error("plugin {plugin} refused: {reason}")]
+    Policy {
+        /// The plugin's name (or file).
+        plugin: String,
+        /// Which rule, naming the import.
+        reason: String,
+    },
+    /// The plugin trapped or hit a limit.
+    #[error("plugin {plugin} {reason}")]
+    Trap {
+        /// The plugin's name.
+        plugin: String,
+        /// Why it was stopped.
+        reason: TrapReason,
+        /// The durable operations it completed before (already on disk).
+        operations: Vec<Operation>,
+    },
+    /// The plugin's `run` returned an error.
+    #[error("plugin {plugin} failed: {message}")]
+    Plugin {
+        /// The plugin's name.
+        plugin: String,
+        /// What it said.
+        message: String,
+        /// The durable operations it completed before (already on disk).
+        operations: Vec<Operation>,
+    },
+    /// A host I/O failure (reading the component, opening a root, the engine).
+    #[error("{what}: {source}")]
+    Io {
+        /// What the host was doing.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The class of failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Manifest { .. } | Error::Sha256Mismatch { .. } | Error::Policy { .. } => ErrorKind::Policy,
+            Error::Trap { .. } => ErrorKind::Trap,
+            Error::Plugin { .. } => ErrorKind::Plugin,
+            Error::Io { .. } => ErrorKind::Io,
+        }
+    }
+
+    /// Durable operations completed before the failure (they are on disk).
+    pub fn operations(&self) -> &[Operation] {
+        match self {
+            Error::Trap { operations, .. } | Error::Plugin { operations, .. } => operations,
+            _ => &[],
+        }
+    }
+
+    pub(crate) fn engine(what: &str, e: wasmtime::Error) -> Self {
+        Error::Io { what: what.to_owned(), source: std::io::Error::other(format!("{e:#}")) }
+    }
+}
+
+/// The WIT error for a durable-core error: the one core → WIT mapping.
+/// The core's messages name paths relative to the handle, never host paths.
+pub(crate) fn to_wit(e: &durable::Error) -> WitError {
+    use durable::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::InvalidPath { .. } | E::Duplicate { .. } | E::InvalidMode { .. } => WitError::InvalidPath(msg),
+        // A link anywhere on the way could lead out of the root.
+        E::Symlink { .. } => WitError::InvalidPath(msg),
+        E::NotFound { .. } => WitError::NotFound(msg),
+        E::NotADirectory { .. } => WitError::NotADirectory(msg),
+        E::Limit { .. } => WitError::Limit(msg),
+        E::Unsupported { .. } => WitError::Unsupported(msg),
+        E::Committed { .. } => WitError::Committed(msg),
+        E::NotAFile { .. } | E::UnsupportedEntry { .. } | E::Io { .. } => WitError::Io(msg),
+    }
+}
+
+/// The panic message in a guest's stderr (`thread '<unnamed>' panicked at
+/// src/lib.rs:3:5:\nboom`), as `boom (at src/lib.rs:3:5)`.
+pub(crate) fn panic_message(stderr: &str) -> Option<String> {
+    let start = stderr.rfind("panicked at ")?;
+    let rest = &stderr[start + "panicked at ".len()..];
+    let (location, message) = match rest.split_once(":\n") {
+        Some((loc, msg)) => (loc.trim(), msg),
+        None => ("", rest),
+    };
+    let message: Vec<&str> = message
+        .lines()
+        .take_while(|l| !l.starts_with("note: ") && !l.starts_with("stack backtrace"))
+        .collect();
+    let message = message.join("\n").trim().to_owned();
+    Some(if location.is_empty() { message } else { format!("{message} (at {location})") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_messages_come_from_stderr() {
+        let stderr = "noise\nthread '<unnamed>' panicked at src/lib.rs:3:5:\nboom\nnote: run with \
+                      `RUST_BACKTRACE=1`\n";
+        assert_eq!(panic_message(stderr).unwrap(), "boom (at src/lib.rs:3:5)");
+        assert_eq!(panic_message("nothing here"), None);
+    }
+
+    #[test]
+    fn core_errors_map_to_their_wit_variant() {
+        let e = durable::Error::Symlink { path: "x".into() };
+        assert!(matches!(to_wit(&e), WitError::InvalidPath(m) if m.contains("symbolic link")));
+        let e = durable::Error::NotFound { path: "x".into() };
+        assert!(matches!(to_wit(&e), WitError::NotFound(_)));
+    }
+}

@@ -1,0 +1,309 @@
+//! The plugin manifest, `plugin.toml`: which component to load (pinned by
+//! its sha256), which roots it may use and how, its limits and its config.
+//!
+//! ```toml
+//! name = "certsync"                 # required
+//! wasm = "certsync.wasm"            # required, relative to the manifest's directory
+//! sha256 = "<64 lowercase hex>"     # required; a mismatch refuses to load
+//! [roots.certs]                     # one table per granted root
+//! path = "/var/lib/certs"           # absolute, or relative to the manifest's directory
+//! access = "rw"                     # "rw" or "ro"
+//! [limits]                          # all optional
+//! fuel = 10_000_000_000             # or "unlimited"
+//! timeout_ms = 30_000
+//! memory_bytes = 268_435_456
+//! write_bytes = 1_073_741_824
+//! write_files = 100_000
+//! log_bytes = 1_048_576
+//! output_bytes = 1_048_576
+//! [config]                          # any table, handed to the plugin's `run` as JSON
+//! ```
+//!
+//! Parsing is strict: an unknown key or a value of the wrong type or range
+//! is an error that names the key (`limits.fuel`), so a typo never silently
+//! falls back to a default.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::errors::Error;
+use super::limits::Limits;
+
+/// How a plugin may use a root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read and write.
+    ReadWrite,
+    /// Read only: every mutating call fails with `read-only`.
+    ReadOnly,
+}
+
+impl Access {
+    /// `rw` or `ro`, as written in a manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::ReadWrite => "rw",
+            Access::ReadOnly => "ro",
+        }
+    }
+}
+
+/// One granted root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root {
+    /// The host directory (already resolved against the manifest's folder).
+    pub path: PathBuf,
+    /// How the plugin may use it.
+    pub access: Access,
+}
+
+/// A parsed, validated manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// Where the manifest was read from.
+    pub source: PathBuf,
+    /// The plugin's name (log field, reports).
+    pub name: String,
+    /// The component file (resolved against the manifest's folder).
+    pub wasm: PathBuf,
+    /// The pinned sha256 of the component, 64 lowercase hex digits.
+    pub sha256: String,
+    /// Granted roots by name.
+    pub roots: BTreeMap<String, Root>,
+    /// Limits, defaults filled in.
+    pub limits: Limits,
+    /// The `[config]` table as JSON (`{}` when absent).
+    pub config_json: String,
+}
+
+const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "roots", "limits", "config"];
+const ROOT_KEYS: &[&str] = &["path", "access"];
+const LIMIT_KEYS: &[&str] =
+    &["fuel", "timeout_ms", "memory_bytes", "write_bytes", "write_files", "log_bytes", "output_bytes"];
+
+impl Manifest {
+    /// Read and validate the manifest at `path`.
+    pub fn load(path: &Path) -> Result<Manifest, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Io { what: format!("reading manifest {}", path.display()), source: e })?;
+        Manifest::parse(&text, path)
+    }
+
+    /// Validate manifest `text`; relative paths are resolved against the
+    /// folder of `source`.
+    pub fn parse(text: &str, source: &Path) -> Result<Manifest, Error> {
+        let bad = |key: &str, why: String| Error::Manifest {
+            manifest: source.display().to_string(),
+            key: key.to_owned(),
+            reason: why,
+        };
+        let table: toml::Table =
+            text.parse().map_err(|e: toml::de::Error| bad("(syntax)", e.message().to_owned()))?;
+        check_keys(&table, "", TOP_KEYS).map_err(|k| bad(&k, unknown(TOP_KEYS)))?;
+        let base = source.parent().map(Path::to_path_buf).unwrap_or_default();
+        let base = if base.as_os_str().is_empty() { PathBuf::from(".") } else { base };
+
+        let name = required_str(&table, "name").map_err(|w| bad("name", w))?;
+        if name.trim().is_empty() || name.chars().any(char::is_control) {
+            return Err(bad("name", "must be a non-empty name without control characters".into()));
+        }
+        let wasm = required_str(&table, "wasm").map_err(|w| bad("wasm", w))?;
+        if wasm.is_empty() {
+            return Err(bad("wasm", "must name the component file".into()));
+        }
+        let sha256 = required_str(&table, "sha256").map_err(|w| bad("sha256", w))?;
+        if sha256.len() != 64 || !sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(bad("sha256", "must be 64 lowercase hexadecimal digits".into()));
+        }
+
+        let mut roots = BTreeMap::new();
+        match table.get("roots") {
+            None => {}
+            Some(toml::Value::Table(t)) => {
+                for (root_name, value) in t {
+                    let key = format!("roots.{root_name}");
+                    check_root_name(root_name).map_err(|w| bad(&key, w))?;
+                    let toml::Value::Table(rt) = value else {
+                        return Err(bad(&key, "must be a table with `path` and `access`".into()));
+                    };
+                    check_keys(rt, &key, ROOT_KEYS).map_err(|k| bad(&k, unknown(ROOT_KEYS)))?;
+                    let path_key = format!("{key}.path");
+                    let p = required_str(rt, "path").map_err(|w| bad(&path_key, w))?;
+                    if p.is_empty() {
+                        return Err(bad(&path_key, "must name a directory".into()));
+                    }
+                    let access_key = format!("{key}.access");
+                    let access = match required_str(rt, "access").map_err(|w| bad(&access_key, w))?.as_str() {
+                        "rw" => Access::ReadWrite,
+                        "ro" => Access::ReadOnly,
+                        other => {
+                            return Err(bad(&access_key, format!("must be \"rw\" or \"ro\", not {other:?}")));
+                        }
+                    };
+                    roots.insert(root_name.clone(), Root { path: base.join(p), access });
+                }
+            }
+            Some(_) => return Err(bad("roots", "must be a table of `[roots.NAME]` tables".into())),
+        }
+
+        let mut limits = Limits::default();
+        match table.get("limits") {
+            None => {}
+            Some(toml::Value::Table(t)) => {
+                check_keys(t, "limits", LIMIT_KEYS).map_err(|k| bad(&k, unknown(LIMIT_KEYS)))?;
+                for (k, v) in t {
+                    let key = format!("limits.{k}");
+                    if k == "fuel" && v.as_str() == Some("unlimited") {
+                        limits.fuel = None;
+                        continue;
+                    }
+                    let n = positive(v).map_err(|w| bad(&key, w))?;
+                    match k.as_str() {
+                        "fuel" => limits.fuel = Some(n),
+                        "timeout_ms" => limits.timeout_ms = n,
+                        "memory_bytes" => limits.memory_bytes = n,
+                        "write_bytes" => limits.write_bytes = n,
+                        "write_files" => limits.write_files = n,
+                        "log_bytes" => limits.log_bytes = n,
+                        "output_bytes" => limits.output_bytes = n,
+                        _ => unreachable!("checked by check_keys"),
+                    }
+                }
+            }
+            Some(_) => return Err(bad("limits", "must be a table".into())),
+        }
+
+        let config_json = match table.get("config") {
+            None => "{}".to_owned(),
+            Some(v @ toml::Value::Table(_)) => serde_json::to_string(v)
+                .map_err(|e| bad("config", format!("cannot be turned into JSON: {e}")))?,
+            Some(_) => return Err(bad("config", "must be a table".into())),
+        };
+
+        Ok(Manifest {
+            source: source.to_path_buf(),
+            name,
+            wasm: base.join(wasm),
+            sha256,
+            roots,
+            limits,
+            config_json,
+        })
+    }
+
+    /// Point root `name` at `path` (`--root NAME=PATH`), keeping its access,
+    /// or grant it read-write when the manifest does not name it.
+    pub fn override_root(&mut self, name: &str, path: PathBuf) -> Result<(), Error> {
+        check_root_name(name).map_err(|why| Error::Manifest {
+            manifest: "--root".into(),
+            key: name.to_owned(),
+            reason: why,
+        })?;
+        let access = self.roots.get(name).map_or(Access::ReadWrite, |r| r.access);
+        self.roots.insert(name.to_owned(), Root { path, access });
+        Ok(())
+    }
+}
+
+fn unknown(known: &[&str]) -> String {
+    format!("unknown key (known keys: {})", known.join(", "))
+}
+
+/// The first key of `table` not in `known`, as a dotted key.
+fn check_keys(table: &toml::Table, prefix: &str, known: &[&str]) -> Result<(), String> {
+    match table.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) if prefix.is_empty() => Err(k.clone()),
+        Some(k) => Err(format!("{prefix}.{k}")),
+        None => Ok(()),
+    }
+}
+
+fn required_str(table: &toml::Table, key: &str) -> Result<String, String> {
+    match table.get(key) {
+        None => Err("is required".into()),
+        Some(toml::Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(format!("must be a string, not {}", other.type_str())),
+    }
+}
+
+fn positive(v: &toml::Value) -> Result<u64, String> {
+    match v {
+        toml::Value::Integer(n) if *n > 0 => Ok(*n as u64),
+        toml::Value::Integer(n) => Err(format!("must be a positive integer, not {n}")),
+        other => Err(format!("must be a positive integer, not {}", other.type_str())),
+    }
+}
+
+fn check_root_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 {
+        return Err("a root name must be 1 to 64 characters".into());
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return Err("a root name may hold only ASCII letters, digits, `-` and `_`".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHA: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn parse(text: &str) -> Result<Manifest, Error> {
+        Manifest::parse(text, Path::new("/etc/durasync/p/plugin.toml"))
+    }
+
+    #[test]
+    fn a_full_manifest_parses_with_paths_beside_it() {
+        let m = parse(&format!(
+            "name = \"certsync\"\nwasm = \"c.wasm\"\nsha256 = \"{SHA}\"\n\
+             [roots.certs]\npath = \"certs\"\naccess = \"ro\"\n\
+             [limits]\nfuel = \"unlimited\"\ntimeout_ms = 5\n[config]\na = [1, 2]\n"
+        ))
+        .unwrap();
+        assert_eq!(m.wasm, Path::new("/etc/durasync/p/c.wasm"));
+        assert_eq!(m.roots["certs"], Root { path: "/etc/durasync/p/certs".into(), access: Access::ReadOnly });
+        assert_eq!(m.limits.fuel, None);
+        assert_eq!(m.limits.timeout_ms, 5);
+        assert_eq!(m.limits.memory_bytes, Limits::default().memory_bytes);
+        assert_eq!(m.config_json, r#"{"a":[1,2]}"#);
+    }
+
+    #[test]
+    fn bad_manifests_name_the_key() {
+        let head = format!("name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n");
+        let table = [
+            (format!("{head}colour = 1\n"), "colour"),
+            (format!("{head}[limits]\nfule = 1\n"), "limits.fule"),
+            (format!("{head}[limits]\nfuel = -1\n"), "limits.fuel"),
+            (format!("{head}[limits]\ntimeout_ms = \"1s\"\n"), "limits.timeout_ms"),
+            (format!("{head}[roots.c]\npath = \"/x\"\naccess = \"rwx\"\n"), "roots.c.access"),
+            (format!("{head}[roots.c]\npath = \"/x\"\n"), "roots.c.access"),
+            (format!("{head}[roots.c]\npath = \"/x\"\naccess = \"rw\"\nmode = 1\n"), "roots.c.mode"),
+            (format!("{head}[roots.\"a b\"]\npath = \"/x\"\naccess = \"rw\"\n"), "roots.a b"),
+            (format!("{head}config = 3\n"), "config"),
+            ("wasm = \"x.wasm\"\n".to_owned(), "name"),
+            (format!("name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{}\"\n", SHA.to_uppercase()), "sha256"),
+        ];
+        for (text, key) in table {
+            let err = parse(&text).unwrap_err();
+            let Error::Manifest { key: got, .. } = &err else { panic!("{text}: {err}") };
+            assert_eq!(got, key, "{text}: {err}");
+            assert!(err.to_string().contains(key), "{err}");
+        }
+    }
+
+    #[test]
+    fn root_overrides_keep_access_or_default_to_rw() {
+        let mut m = parse(&format!(
+            "name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n[roots.c]\npath = \"/c\"\naccess = \"ro\"\n"
+        ))
+        .unwrap();
+        m.override_root("c", "/elsewhere".into()).unwrap();
+        m.override_root("d", "/d".into()).unwrap();
+        assert_eq!(m.roots["c"], Root { path: "/elsewhere".into(), access: Access::ReadOnly });
+        assert_eq!(m.roots["d"].access, Access::ReadWrite);
+        assert!(m.override_root("../x", "/x".into()).is_err());
+    }
+}
