@@ -13,10 +13,27 @@ fn main() -> ExitCode {
     match cli::run(&cli) {
         Ok(()) => ExitCode::from(cli::exit::OK),
         Err(err) => {
-            eprintln!("durasync: {err:#}");
+            eprintln!("durasync: {}", one_line(&err));
             ExitCode::from(cli::exit::status_of(&err))
         }
     }
+}
+
+/// The error chain on one line, each message once: a core error's message
+/// already ends with the kernel's error that is also its `source`.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Logs go to standard error; `DURASYNC_LOG` (e.g. `info`, `durasync=debug`)

@@ -215,7 +215,8 @@ pub fn key(op: &Op<'_>) -> Key {
         Op::Mkdir { path } => ("mkdir", normalize(path)),
         Op::Create { path } => ("create", normalize(path)),
         Op::Write { path, .. } => ("write", normalize(path)),
-        Op::Chmod { path, .. } => ("chmod", normalize(path)),
+        // A directory is chmodded twice (filled at 0700, then its own mode).
+        Op::Chmod { path, mode } => ("chmod", format!("{} {mode:o}", normalize(path))),
         Op::FsyncFile { path } => ("fsync-file", normalize(path)),
         Op::FsyncDir { path } => ("fsync-dir", normalize(path)),
         Op::Exchange { a, b } => ("exchange", format!("{} <-> {}", normalize(a), normalize(b))),

@@ -10,4 +10,5 @@ mod common;
 mod bad_input;
 mod faults;
 mod leftovers;
+mod modes;
 mod upstream_matrix;

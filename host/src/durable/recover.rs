@@ -68,10 +68,15 @@ pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &st
 /// commit, a stale staging directory) and a crash merely leaves them for
 /// the next recovery.
 pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, path: &str) -> Result<u32> {
-    match kind_at(parent, name, path)?.0 {
-        Kind::Missing => Ok(0),
-        Kind::Dir => {
+    match kind_at(parent, name, path)? {
+        (Kind::Missing, _) => Ok(0),
+        (Kind::Dir, mode) => {
             let dir = open_dir(parent, name, path)?;
+            // A tree may hold directories that deny their owner write access
+            // (`0o555`); only root could empty them as they are.
+            if mode & 0o300 != 0o300 {
+                sys.chmod(&dir, path, mode | 0o700)?;
+            }
             let mut count = 0;
             for child in list_names(dir.as_fd(), path)? {
                 count += remove_tree(sys, dir.as_fd(), &child, &join(path, &child))?;
@@ -80,7 +85,7 @@ pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, pat
             sys.rmdir(parent, name, path)?;
             Ok(count)
         }
-        _ => {
+        (_, _) => {
             sys.unlink(parent, name, path)?;
             Ok(1)
         }

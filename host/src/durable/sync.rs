@@ -57,8 +57,8 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
 
     // 4–5. Build and fsync the staging tree beside the target.
     let staging = leftover_name(Leftover::Stage);
-    let stage_fd = sys.mkdir(parent, &staging, &staging, target_mode)?;
-    if let Err(e) = build_staging(&sys, stage_fd.as_fd(), &staging, tree, opts.threads) {
+    let stage_fd = sys.mkdir(parent, &staging, &staging, FILL_MODE)?;
+    if let Err(e) = build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, opts.threads) {
         discard(&sys, parent, &staging, stage_fd);
         return Err(e);
     }
@@ -121,30 +121,36 @@ fn target_state(parent: BorrowedFd<'_>, name: &str) -> Result<(bool, u32)> {
     }
 }
 
+/// The mode staging directories have while they are filled: a tree's own
+/// mode may deny its owner write access (`0o555`), which only root ignores.
+const FILL_MODE: u32 = 0o700;
+
 /// Create every directory and file of `tree` in the staging directory and
-/// make all of it durable before it can be swapped in.
+/// make all of it durable before it can be swapped in. `root_mode` is the
+/// staging directory's final mode.
 fn build_staging(
     sys: &Sys<'_>,
     stage: BorrowedFd<'_>,
     staging: &str,
+    root_mode: u32,
     tree: &Tree,
     threads: usize,
 ) -> Result<()> {
     // Directories first; the tree's order puts every parent before its children.
-    let mut dirs: HashMap<&str, OwnedFd> = HashMap::new();
+    let mut dirs: HashMap<&str, (OwnedFd, u32)> = HashMap::new();
     let mut jobs = Vec::with_capacity(tree.file_count());
     for (path, node) in tree.iter() {
         let (parent_rel, name) = path.rsplit_once('/').unwrap_or(("", path));
         if let Node::Dir { mode, .. } = node {
-            let parent_fd = if parent_rel.is_empty() { stage } else { dirs[parent_rel].as_fd() };
-            let fd = sys.mkdir(parent_fd, name, &join(staging, path), *mode)?;
-            dirs.insert(path, fd);
+            let parent_fd = if parent_rel.is_empty() { stage } else { dirs[parent_rel].0.as_fd() };
+            let fd = sys.mkdir(parent_fd, name, &join(staging, path), FILL_MODE)?;
+            dirs.insert(path, (fd, *mode));
         }
     }
     for (path, node) in tree.iter() {
         if let Node::File { contents, mode } = node {
             let (parent_rel, name) = path.rsplit_once('/').unwrap_or(("", path));
-            let dir = if parent_rel.is_empty() { stage } else { dirs[parent_rel].as_fd() };
+            let dir = if parent_rel.is_empty() { stage } else { dirs[parent_rel].0.as_fd() };
             jobs.push(FileJob { dir, name, path: join(staging, path), contents, mode: *mode });
         }
     }
@@ -153,10 +159,19 @@ fn build_staging(
     // A directory's entries are durable only after fsync of that directory:
     // every new subdirectory, deepest first, then the staging root, all
     // before the swap can make them reachable from the target.
-    let mut by_depth: Vec<(&str, &OwnedFd)> = dirs.iter().map(|(p, fd)| (*p, fd)).collect();
+    // Each directory gets its exact mode once it is filled, before its fsync
+    // makes that mode durable.
+    let mut by_depth: Vec<(&str, &(OwnedFd, u32))> = dirs.iter().map(|(p, d)| (*p, d)).collect();
     by_depth.sort_by_key(|(p, _)| (std::cmp::Reverse(p.matches('/').count()), *p));
-    for (path, fd) in by_depth {
-        sys.fsync_dir(fd.as_fd(), &join(staging, path), Step::FsyncDir)?;
+    for (path, (fd, mode)) in by_depth {
+        let shown = join(staging, path);
+        if *mode != FILL_MODE {
+            sys.chmod(fd, &shown, *mode)?;
+        }
+        sys.fsync_dir(fd.as_fd(), &shown, Step::FsyncDir)?;
+    }
+    if root_mode != FILL_MODE {
+        sys.chmod(stage, staging, root_mode)?;
     }
     sys.fsync_dir(stage, staging, Step::FsyncDir)
 }
