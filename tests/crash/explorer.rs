@@ -1,0 +1,353 @@
+//! The crash-state explorer: replay a recorded trace into the weak model,
+//! and at every crash point (before the first operation and after each one)
+//! materialise every state the model allows into a real directory, run the
+//! real `durable::recover` on it, and check the result.
+//!
+//! Checks on each recovered state:
+//! - recovery succeeded and no durasync leftover remains anywhere;
+//! - the target is byte-for-byte (names, bytes, modes) the old or the new
+//!   tree; at the success point (the end of the trace, where the call
+//!   returned `Ok`) only the new one;
+//! - the entries a scenario says must be untouched are;
+//! - optional milestones: from a given crash point on, a directory exists
+//!   with a given mode (a call that returned earlier in the trace).
+//!
+//! Crash during recovery: for some crashed states with leftovers, the
+//! recovery of that state is itself recorded and explored the same way; its
+//! target must stay what it was and a second recovery must finish the job.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use durasync::durable::names::is_leftover;
+use durasync::durable::{self, Options};
+
+use crate::model::{Disk, EnumStats, Model, Step, describe, lower, materialise, snapshot};
+use crate::trace::{ROp, Recorder};
+
+/// What must hold for a scenario.
+#[derive(Debug, Clone)]
+pub struct Expect {
+    /// The target's path relative to the explored root.
+    pub target: String,
+    /// The target before the call (`None`: missing).
+    pub old: Option<Disk>,
+    /// The target after the call returned `Ok`.
+    pub new: Option<Disk>,
+    /// Paths that must be exactly as they were (`None`: must stay missing).
+    pub keep: Vec<(String, Option<Disk>)>,
+    /// From crash point `.0` on, `.1` is a directory with mode `.2`.
+    pub dirs_from: Vec<(usize, String, u32)>,
+}
+
+/// A recorded call, ready to explore.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    /// The explored root before the call, all of it durable.
+    pub initial: Disk,
+    /// The call's operations, resolved to inodes.
+    pub steps: Vec<Step>,
+    pub expect: Expect,
+}
+
+/// A crash state that breaks the guarantee.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// Crash point: after this many operations.
+    pub point: usize,
+    /// The last operation before the crash (`start` for point 0).
+    pub after: String,
+    /// The crashed state, before recovery.
+    pub state: String,
+    /// What recovery made of it.
+    pub recovered: String,
+    /// Which check failed.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "crash point {} (after `{}`): {}\n    crashed state: {}\n    after recovery: {}",
+            self.point, self.after, self.reason, self.state, self.recovered
+        )
+    }
+}
+
+/// What an exploration saw.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub crash_points: usize,
+    /// Distinct crash states, summed over crash points.
+    pub states: usize,
+    /// The first crash point at which some state holds the new target.
+    pub first_new: Option<usize>,
+    /// The first crash point from which every state holds the new target.
+    pub new_only_from: Option<usize>,
+    pub enumeration: EnumStats,
+    /// Crashed states whose own recovery was explored.
+    pub recovery_runs: usize,
+    pub recovery_points: usize,
+    pub recovery_states: usize,
+    pub elapsed: Duration,
+}
+
+/// The result of one exploration.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub stats: Stats,
+    pub violations: Vec<Violation>,
+}
+
+/// How to explore.
+#[derive(Debug, Clone, Copy)]
+pub struct Opts {
+    /// Stop at the first violating crash point (mutation checks).
+    pub stop_at_first: bool,
+    /// How many crashed states get their own recovery explored.
+    pub recovery_crashes: usize,
+}
+
+/// Materialises states and runs recovery on them, caching by state.
+pub struct Explorer {
+    base: tempfile::TempDir,
+    counter: usize,
+    cache: HashMap<Disk, Result<Disk, String>>,
+    /// States really written to disk and recovered.
+    pub materialised: usize,
+}
+
+impl Explorer {
+    pub fn new() -> Explorer {
+        let base =
+            tempfile::Builder::new().prefix("crash-states-").tempdir_in(crate::tmp_base()).expect("tempdir");
+        Explorer { base, counter: 0, cache: HashMap::new(), materialised: 0 }
+    }
+
+    /// A fresh, not yet existing path beneath the explorer's directory.
+    pub fn fresh_path(&mut self) -> PathBuf {
+        self.counter += 1;
+        self.base.path().join(format!("s{}", self.counter))
+    }
+
+    /// Run the real recovery on `state` (cached): the recovered root, or
+    /// recovery's error.
+    fn recover(&mut self, state: &Disk) -> Result<Disk, String> {
+        if let Some(r) = self.cache.get(state) {
+            return r.clone();
+        }
+        let (r, path) = self.recover_with(state, &durable::NoProbe);
+        remove(&path);
+        self.cache.insert(state.clone(), r.clone());
+        r
+    }
+
+    fn recover_with(&mut self, state: &Disk, probe: &dyn durable::Probe) -> (Result<Disk, String>, PathBuf) {
+        let path = self.fresh_path();
+        materialise(state, &path);
+        self.materialised += 1;
+        let dir = std::fs::File::open(&path).expect("open state dir");
+        let opts = Options { probe, ..Options::default() };
+        let r = durable::recover(std::os::fd::AsFd::as_fd(&dir), &opts)
+            .map(|_| snapshot(&path))
+            .map_err(|e| e.to_string());
+        drop(dir);
+        (r, path)
+    }
+
+    /// Record the recovery of `state`: its trace and its result.
+    fn record_recovery(&mut self, state: &Disk) -> (Vec<ROp>, Result<Disk, String>) {
+        let rec = Recorder::new();
+        let (r, path) = self.recover_with(state, &rec);
+        remove(&path);
+        (rec.take(), r)
+    }
+
+    /// Explore every crash point of `steps` (which may be a mutated trace of
+    /// `sc`) against `sc.expect`.
+    pub fn explore(&mut self, sc: &Scenario, steps: &[Step], opts: Opts) -> Outcome {
+        let start = Instant::now();
+        let mut out = Outcome::default();
+        let mut model = Model::from_disk(&sc.initial);
+        let n = steps.len();
+        let mut recovery_candidates: Vec<(usize, Disk)> = Vec::new();
+        let mut all_new_since: Option<usize> = None;
+        for point in 0..=n {
+            if point > 0 {
+                model.apply(&steps[point - 1].op);
+            }
+            let after = if point == 0 { "start".to_owned() } else { steps[point - 1].what.clone() };
+            let states = model.crash_states(&mut out.stats.enumeration);
+            out.stats.crash_points += 1;
+            out.stats.states += states.len();
+            let mut all_new = true;
+            let mut best: Option<(usize, &Disk)> = None;
+            let mut violated = false;
+            for state in &states {
+                let recovered = self.recover(state);
+                let target = recovered.as_ref().ok().and_then(|r| r.get(&sc.expect.target).cloned());
+                let is_new = recovered.is_ok() && target == sc.expect.new;
+                if is_new && sc.expect.new != sc.expect.old {
+                    out.stats.first_new.get_or_insert(point);
+                }
+                all_new &= is_new;
+                if let Some(reason) = check(&sc.expect, point, point == n, &recovered) {
+                    violated = true;
+                    out.violations.push(Violation {
+                        point,
+                        after: after.clone(),
+                        state: state.describe(),
+                        recovered: match &recovered {
+                            Ok(r) => r.describe(),
+                            Err(e) => format!("error: {e}"),
+                        },
+                        reason,
+                    });
+                    if opts.stop_at_first {
+                        break;
+                    }
+                } else {
+                    let leftovers = state.paths_where(&|name| is_leftover(name)).len();
+                    if leftovers > 0 && best.is_none_or(|(b, _)| leftovers > b) {
+                        best = Some((leftovers, state));
+                    }
+                }
+            }
+            if all_new {
+                all_new_since.get_or_insert(point);
+            } else {
+                all_new_since = None;
+            }
+            if let Some((_, s)) = best {
+                recovery_candidates.push((point, s.clone()));
+            }
+            if violated && opts.stop_at_first {
+                break;
+            }
+        }
+        out.stats.new_only_from = all_new_since;
+
+        // Crash during recovery, on an even spread of crashed states.
+        let picks = spread(recovery_candidates.len(), opts.recovery_crashes);
+        for i in picks {
+            let (point, state) = &recovery_candidates[i];
+            let (trace, recovered) = self.record_recovery(state);
+            let Ok(recovered) = recovered else { continue };
+            let target = recovered.get(&sc.expect.target).cloned();
+            let sub = Scenario {
+                name: format!("{} / recovery of crash point {point}", sc.name),
+                initial: state.clone(),
+                steps: lower(&Model::from_disk(state), &trace),
+                expect: Expect {
+                    target: sc.expect.target.clone(),
+                    old: target.clone(),
+                    new: target,
+                    keep: sc.expect.keep.clone(),
+                    dirs_from: Vec::new(),
+                },
+            };
+            let nested = self.explore(&sub, &sub.steps, Opts { stop_at_first: false, recovery_crashes: 0 });
+            out.stats.recovery_runs += 1;
+            out.stats.recovery_points += nested.stats.crash_points;
+            out.stats.recovery_states += nested.stats.states;
+            for mut v in nested.violations {
+                v.reason = format!("crash during recovery of a state of crash point {point}: {}", v.reason);
+                out.violations.push(v);
+            }
+        }
+        out.stats.elapsed = start.elapsed();
+        out
+    }
+}
+
+/// Up to `k` indices out of `n`, evenly spread, first and last included.
+fn spread(n: usize, k: usize) -> Vec<usize> {
+    match (n, k) {
+        (0, _) | (_, 0) => Vec::new(),
+        _ if k >= n => (0..n).collect(),
+        (_, 1) => vec![n - 1],
+        _ => {
+            let mut v: Vec<usize> = (0..k).map(|i| i * (n - 1) / (k - 1)).collect();
+            v.dedup();
+            v
+        }
+    }
+}
+
+/// Why a recovered state breaks the guarantee, if it does.
+fn check(expect: &Expect, point: usize, success: bool, recovered: &Result<Disk, String>) -> Option<String> {
+    let root = match recovered {
+        Ok(r) => r,
+        Err(e) => return Some(format!("recovery failed: {e}")),
+    };
+    let leftovers = root.paths_where(&|name| is_leftover(name));
+    if !leftovers.is_empty() {
+        return Some(format!("leftovers remain after recovery: {leftovers:?}"));
+    }
+    let target = root.get(&expect.target);
+    if success {
+        if target != expect.new.as_ref() {
+            return Some(format!(
+                "after the success point the target must be the new tree {}, found {}",
+                describe(expect.new.as_ref()),
+                describe(target)
+            ));
+        }
+    } else if target != expect.old.as_ref() && target != expect.new.as_ref() {
+        return Some(format!(
+            "target is neither old {} nor new {}, found {}",
+            describe(expect.old.as_ref()),
+            describe(expect.new.as_ref()),
+            describe(target)
+        ));
+    }
+    for (path, want) in &expect.keep {
+        let got = root.get(path);
+        if got != want.as_ref() {
+            return Some(format!("{path} must stay {}, found {}", describe(want.as_ref()), describe(got)));
+        }
+    }
+    for (from, path, mode) in &expect.dirs_from {
+        if point >= *from {
+            match root.get(path) {
+                Some(Disk::Dir { mode: m, .. }) if m == mode => {}
+                other => {
+                    return Some(format!(
+                        "from crash point {from} on {path} must be a directory with mode {mode:o}, found {}",
+                        describe(other)
+                    ));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Remove a materialised state (best effort: a leftover is only disk space
+/// in a temporary directory).
+pub fn remove(path: &Path) {
+    let _ = std::fs::remove_dir_all(path);
+}
+
+/// Print one exploration's numbers.
+pub fn print_stats(name: &str, ops: usize, out: &Outcome, materialised: usize) {
+    let s = &out.stats;
+    println!(
+        "[crash] {name}: {ops} ops, {} crash points, {} states (+ recovery crashes: {} runs, {} crash points, \
+         {} states), {materialised} materialised, first new at point {}, only new from point {}, \
+         prefix-only dirs {}, capped subtrees {}, {:.2?}",
+        s.crash_points,
+        s.states,
+        s.recovery_runs,
+        s.recovery_points,
+        s.recovery_states,
+        s.first_new.map_or("-".into(), |p| p.to_string()),
+        s.new_only_from.map_or("-".into(), |p| p.to_string()),
+        s.enumeration.prefix_only,
+        s.enumeration.capped,
+        s.elapsed,
+    );
+}

@@ -1,0 +1,551 @@
+//! The weak persistence model (DESIGN.md, "Crash model").
+//!
+//! Deliberately weaker than any real file system:
+//! - a file's data and mode are durable only after fsync of that file; until
+//!   then a crash may bring back its durable version or any later version
+//!   (data and mode chosen independently), and a file created since its last
+//!   fsync comes back with its durable contents — empty — and its creation mode;
+//! - a directory's entries (and its mode) are durable only after fsync of that
+//!   directory; until then a crash keeps its last-fsynced entries plus **any
+//!   subset** of the later changes, applied in their order (subsets, not just
+//!   prefixes: no ordering between changes of one directory is assumed, which
+//!   is weaker than a journal). Above [`SUBSET_MAX`] pending changes only
+//!   prefixes are enumerated, and the run reports it;
+//! - a rename or an exchange is one change of its directory: all of it or
+//!   none of it; it too is durable only once its directory is fsynced;
+//! - the model tracks inodes, so an exchange moves whole subtrees and an
+//!   fsync through an fd reaches the inode it was opened on, wherever that
+//!   inode is named now.
+//!
+//! Recorded operations name paths; [`lower`] resolves each one, in trace
+//! order, to the inodes it touched, so a reordered trace (a mutation) still
+//! fsyncs the inode the real code's fd referred to.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::rc::Rc;
+
+use durasync::durable::names::LOCK_NAME;
+
+use crate::trace::ROp;
+
+/// Above this many pending changes in one directory, only prefixes of them
+/// are enumerated (2^k subsets would be too many); reported as `prefix_only`.
+pub const SUBSET_MAX: usize = 10;
+
+/// Most states one inode's subtree may contribute at one crash point; above
+/// it an even sample is kept (reported as `capped`). The scenarios stay below.
+pub const STATES_CAP: usize = 50_000;
+
+/// The mode `openat(O_CREAT, 0600)` gives under the usual umask (022/077).
+const CREATE_MODE: u32 = 0o600;
+/// The mode `mkdirat(0700)` gives under the usual umask.
+const MKDIR_MODE: u32 = 0o700;
+
+/// A concrete tree as it sits on disk: what is materialised and compared.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Disk {
+    File { data: Vec<u8>, mode: u32 },
+    Dir { mode: u32, entries: BTreeMap<String, Disk> },
+    Link { target: String },
+}
+
+impl Disk {
+    /// An empty directory with `mode`.
+    pub fn dir(mode: u32) -> Disk {
+        Disk::Dir { mode, entries: BTreeMap::new() }
+    }
+
+    /// Insert `node` at the relative path `path`, creating missing
+    /// directories with mode 0755.
+    pub fn insert(&mut self, path: &str, node: Disk) {
+        let (head, rest) = match path.split_once('/') {
+            Some((h, r)) => (h, Some(r)),
+            None => (path, None),
+        };
+        let Disk::Dir { entries, .. } = self else { panic!("insert {path} into a non-directory") };
+        match rest {
+            None => {
+                entries.insert(head.to_owned(), node);
+            }
+            Some(rest) => {
+                entries.entry(head.to_owned()).or_insert_with(|| Disk::dir(0o755)).insert(rest, node)
+            }
+        }
+    }
+
+    /// The node at a relative path, if any.
+    pub fn get(&self, path: &str) -> Option<&Disk> {
+        let mut node = self;
+        for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+            match node {
+                Disk::Dir { entries, .. } => node = entries.get(part)?,
+                _ => return None,
+            }
+        }
+        Some(node)
+    }
+
+    /// Every path beneath this node whose last component satisfies `pred`.
+    pub fn paths_where(&self, pred: &dyn Fn(&str) -> bool) -> Vec<String> {
+        let mut out = Vec::new();
+        self.walk("", &mut |path, name, _| {
+            if pred(name) {
+                out.push(path.to_owned());
+            }
+        });
+        out
+    }
+
+    fn walk(&self, prefix: &str, f: &mut dyn FnMut(&str, &str, &Disk)) {
+        if let Disk::Dir { entries, .. } = self {
+            for (name, child) in entries {
+                let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+                f(&path, name, child);
+                child.walk(&path, f);
+            }
+        }
+    }
+
+    /// A one-line description: `{a:"x"(5B)644, sub/:755{...}}`.
+    pub fn describe(&self) -> String {
+        match self {
+            Disk::File { data, mode } => {
+                let shown = if data.len() <= 12 {
+                    format!("{:?}", String::from_utf8_lossy(data))
+                } else {
+                    format!("{}B", data.len())
+                };
+                format!("{shown}:{mode:o}")
+            }
+            Disk::Link { target } => format!("->{target}"),
+            Disk::Dir { mode, entries } => {
+                let inner: Vec<String> = entries
+                    .iter()
+                    .map(|(n, c)| format!("{}={}", crate::trace::short(n), c.describe()))
+                    .collect();
+                format!("{mode:o}{{{}}}", inner.join(", "))
+            }
+        }
+    }
+}
+
+/// Describe an optional node (`missing` for none).
+pub fn describe(node: Option<&Disk>) -> String {
+    node.map_or_else(|| "missing".to_owned(), Disk::describe)
+}
+
+/// Read a real directory tree (names, bytes, modes, link targets; no
+/// following of links).
+pub fn snapshot(path: &Path) -> Disk {
+    let meta = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+    let mode = meta.permissions().mode() & 0o7777;
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        let target = std::fs::read_link(path).expect("readlink");
+        Disk::Link { target: target.to_string_lossy().into_owned() }
+    } else if ft.is_dir() {
+        let mut entries = BTreeMap::new();
+        for entry in std::fs::read_dir(path).expect("read_dir") {
+            let entry = entry.expect("dir entry");
+            let name = entry.file_name().to_string_lossy().into_owned();
+            entries.insert(name, snapshot(&entry.path()));
+        }
+        Disk::Dir { mode, entries }
+    } else {
+        assert!(ft.is_file(), "{}: unexpected file type (mode {:o})", path.display(), meta.mode());
+        Disk::File { data: std::fs::read(path).expect("read file"), mode }
+    }
+}
+
+/// Write `node` at `path` (which must not exist). Directory modes are set
+/// after their contents, so a read-only directory can still be filled.
+pub fn materialise(node: &Disk, path: &Path) {
+    match node {
+        Disk::File { data, mode } => {
+            std::fs::write(path, data).expect("write file");
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode)).expect("chmod file");
+        }
+        Disk::Link { target } => std::os::unix::fs::symlink(target, path).expect("symlink"),
+        Disk::Dir { mode, entries } => {
+            std::fs::create_dir(path).expect("mkdir");
+            for (name, child) in entries {
+                materialise(child, &path.join(name));
+            }
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode)).expect("chmod dir");
+        }
+    }
+}
+
+type Ino = usize;
+
+#[derive(Debug, Clone)]
+enum Kind {
+    File,
+    Dir,
+    Link(String),
+}
+
+/// One change of a directory's entries: every name it sets, atomically.
+type Change = Vec<(String, Option<Ino>)>;
+
+#[derive(Debug, Clone)]
+struct Inode {
+    kind: Kind,
+    /// File data: `[durable, later versions...]`.
+    data: Vec<Vec<u8>>,
+    /// Mode: `[durable, later versions...]`.
+    modes: Vec<u32>,
+    /// Directory entries as of the last fsync.
+    entries: BTreeMap<String, Ino>,
+    /// Changes since the last fsync, in order.
+    changes: Vec<Change>,
+}
+
+impl Inode {
+    fn new(kind: Kind, mode: u32) -> Inode {
+        Inode {
+            kind,
+            data: vec![Vec::new()],
+            modes: vec![mode],
+            entries: BTreeMap::new(),
+            changes: Vec::new(),
+        }
+    }
+
+    fn current_entries(&self) -> BTreeMap<String, Ino> {
+        let mut e = self.entries.clone();
+        for change in &self.changes {
+            apply(&mut e, change);
+        }
+        e
+    }
+}
+
+fn apply(entries: &mut BTreeMap<String, Ino>, change: &Change) {
+    for (name, ino) in change {
+        match ino {
+            Some(i) => entries.insert(name.clone(), *i),
+            None => entries.remove(name),
+        };
+    }
+}
+
+/// An operation on inodes: a recorded operation with its paths resolved.
+#[derive(Debug, Clone)]
+pub enum IOp {
+    /// A new file or directory `ino` named `name` in `dir`.
+    New {
+        dir: Ino,
+        name: String,
+        ino: Ino,
+        is_dir: bool,
+    },
+    Write {
+        ino: Ino,
+        data: Vec<u8>,
+    },
+    Chmod {
+        ino: Ino,
+        mode: u32,
+    },
+    /// fsync of a file or directory inode.
+    Fsync {
+        ino: Ino,
+    },
+    /// One atomic change of `dir`'s entries (rename, exchange, unlink, rmdir).
+    Entries {
+        dir: Ino,
+        change: Change,
+    },
+    /// An operation with no effect on the model (locking an existing lock file).
+    Nothing,
+}
+
+/// One step of a lowered trace: the inode operation and what it was.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub op: IOp,
+    pub what: String,
+    pub rop: ROp,
+}
+
+/// The state of a file system under the weak model.
+#[derive(Debug, Clone)]
+pub struct Model {
+    inodes: HashMap<Ino, Inode>,
+    root: Ino,
+    next: Ino,
+}
+
+/// How an enumeration went.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EnumStats {
+    /// Directories whose pending changes were enumerated as prefixes only.
+    pub prefix_only: usize,
+    /// Subtrees whose states were sampled to [`STATES_CAP`].
+    pub capped: usize,
+}
+
+impl Model {
+    /// A model whose every entry is durable, built from a real snapshot.
+    pub fn from_disk(root: &Disk) -> Model {
+        let mut m = Model { inodes: HashMap::new(), root: 0, next: 0 };
+        m.root = m.add(root);
+        m
+    }
+
+    fn add(&mut self, node: &Disk) -> Ino {
+        let ino = self.next;
+        self.next += 1;
+        let inode = match node {
+            Disk::File { data, mode } => Inode { data: vec![data.clone()], ..Inode::new(Kind::File, *mode) },
+            Disk::Link { target } => Inode::new(Kind::Link(target.clone()), 0o777),
+            Disk::Dir { mode, entries } => {
+                let mut inode = Inode::new(Kind::Dir, *mode);
+                for (name, child) in entries {
+                    let c = self.add(child);
+                    inode.entries.insert(name.clone(), c);
+                }
+                inode
+            }
+        };
+        self.inodes.insert(ino, inode);
+        ino
+    }
+
+    /// The inode at a path, resolved through the current (not durable) entries.
+    fn resolve(&self, path: &str) -> Option<Ino> {
+        let mut ino = self.root;
+        for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+            ino = *self.inodes[&ino].current_entries().get(part)?;
+        }
+        Some(ino)
+    }
+
+    fn must(&self, path: &str, what: &ROp) -> Ino {
+        self.resolve(path).unwrap_or_else(|| panic!("model: {path} does not exist for `{what}`"))
+    }
+
+    /// The directory inode holding `path` and its last name.
+    fn parent_of(&self, path: &str, what: &ROp) -> (Ino, String, String) {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        (self.must(dir, what), name.to_owned(), dir.to_owned())
+    }
+
+    fn fresh(&mut self) -> Ino {
+        self.next += 1;
+        self.next - 1
+    }
+
+    /// Resolve one recorded operation against the current state.
+    fn lower_one(&mut self, rop: &ROp) -> IOp {
+        match rop {
+            ROp::Lock { dir } => {
+                let d = self.must(dir, rop);
+                if self.inodes[&d].current_entries().contains_key(LOCK_NAME) {
+                    IOp::Nothing
+                } else {
+                    IOp::New { dir: d, name: LOCK_NAME.to_owned(), ino: self.fresh(), is_dir: false }
+                }
+            }
+            ROp::Mkdir { path } | ROp::Create { path } => {
+                let ino = self.fresh();
+                let (dir, name, _) = self.parent_of(path, rop);
+                IOp::New { dir, name, ino, is_dir: matches!(rop, ROp::Mkdir { .. }) }
+            }
+            ROp::Write { path, data } => IOp::Write { ino: self.must(path, rop), data: data.clone() },
+            ROp::Chmod { path, mode } => IOp::Chmod { ino: self.must(path, rop), mode: *mode },
+            ROp::FsyncFile { path } | ROp::FsyncDir { path } => IOp::Fsync { ino: self.must(path, rop) },
+            ROp::Exchange { a, b } => {
+                let (da, na, pa) = self.parent_of(a, rop);
+                let (db, nb, pb) = self.parent_of(b, rop);
+                // The core only exchanges siblings; a cross-directory exchange
+                // would be one change of two directories, which this model
+                // does not represent.
+                assert_eq!((da, &pa), (db, &pb), "model: exchange across directories in `{rop}`");
+                let (ia, ib) = (self.must(a, rop), self.must(b, rop));
+                IOp::Entries { dir: da, change: vec![(na, Some(ib)), (nb, Some(ia))] }
+            }
+            ROp::Rename { from, to, .. } => {
+                let (df, nf, pf) = self.parent_of(from, rop);
+                let (dt, nt, pt) = self.parent_of(to, rop);
+                assert_eq!((df, &pf), (dt, &pt), "model: rename across directories in `{rop}`");
+                let ino = self.must(from, rop);
+                IOp::Entries { dir: df, change: vec![(nf, None), (nt, Some(ino))] }
+            }
+            ROp::Unlink { path } | ROp::Rmdir { path } => {
+                let (dir, name, _) = self.parent_of(path, rop);
+                self.must(path, rop);
+                IOp::Entries { dir, change: vec![(name, None)] }
+            }
+        }
+    }
+
+    /// Apply one inode operation.
+    pub fn apply(&mut self, op: &IOp) {
+        match op {
+            IOp::New { dir, name, ino, is_dir } => {
+                let inode = if *is_dir {
+                    Inode::new(Kind::Dir, MKDIR_MODE)
+                } else {
+                    Inode::new(Kind::File, CREATE_MODE)
+                };
+                self.inodes.insert(*ino, inode);
+                self.next = self.next.max(ino + 1);
+                self.inode(*dir).changes.push(vec![(name.clone(), Some(*ino))]);
+            }
+            IOp::Write { ino, data } => self.inode(*ino).data.push(data.clone()),
+            IOp::Chmod { ino, mode } => self.inode(*ino).modes.push(*mode),
+            IOp::Fsync { ino } => {
+                let inode = self.inode(*ino);
+                inode.entries = inode.current_entries();
+                inode.changes.clear();
+                let data = inode.data.pop().expect("data");
+                let mode = inode.modes.pop().expect("mode");
+                (inode.data, inode.modes) = (vec![data], vec![mode]);
+            }
+            IOp::Entries { dir, change } => self.inode(*dir).changes.push(change.clone()),
+            IOp::Nothing => {}
+        }
+    }
+
+    fn inode(&mut self, ino: Ino) -> &mut Inode {
+        self.inodes.get_mut(&ino).unwrap_or_else(|| panic!("model: inode {ino} does not exist yet"))
+    }
+
+    /// The state as the running system sees it (every change, latest versions).
+    pub fn current(&self) -> Disk {
+        self.current_of(self.root)
+    }
+
+    fn current_of(&self, ino: Ino) -> Disk {
+        let inode = &self.inodes[&ino];
+        let mode = *inode.modes.last().expect("mode");
+        match &inode.kind {
+            Kind::File => Disk::File { data: inode.data.last().expect("data").clone(), mode },
+            Kind::Link(t) => Disk::Link { target: t.clone() },
+            Kind::Dir => Disk::Dir {
+                mode,
+                entries: inode.current_entries().into_iter().map(|(n, i)| (n, self.current_of(i))).collect(),
+            },
+        }
+    }
+
+    /// Every state a crash now may leave on disk, deduplicated.
+    pub fn crash_states(&self, stats: &mut EnumStats) -> Vec<Disk> {
+        let mut memo = HashMap::new();
+        let mut stack = BTreeSet::new();
+        self.states_of(self.root, &mut memo, &mut stack, stats).as_ref().clone()
+    }
+
+    fn states_of(
+        &self,
+        ino: Ino,
+        memo: &mut HashMap<Ino, Rc<Vec<Disk>>>,
+        stack: &mut BTreeSet<Ino>,
+        stats: &mut EnumStats,
+    ) -> Rc<Vec<Disk>> {
+        if let Some(s) = memo.get(&ino) {
+            return s.clone();
+        }
+        assert!(stack.insert(ino), "model: directory cycle through inode {ino}");
+        let inode = &self.inodes[&ino];
+        let modes: BTreeSet<u32> = inode.modes.iter().copied().collect();
+        let mut out: BTreeSet<Disk> = BTreeSet::new();
+        match &inode.kind {
+            Kind::Link(t) => {
+                out.insert(Disk::Link { target: t.clone() });
+            }
+            Kind::File => {
+                let datas: BTreeSet<&Vec<u8>> = inode.data.iter().collect();
+                for data in datas {
+                    for &mode in &modes {
+                        out.insert(Disk::File { data: data.clone(), mode });
+                    }
+                }
+            }
+            Kind::Dir => {
+                for entries in self.entry_choices(inode, stats) {
+                    // The product of every child's possible states.
+                    let mut partial: Vec<BTreeMap<String, Disk>> = vec![BTreeMap::new()];
+                    for (name, child) in &entries {
+                        let child_states = self.states_of(*child, memo, stack, stats);
+                        let mut next = Vec::with_capacity(partial.len() * child_states.len());
+                        for p in &partial {
+                            for c in child_states.iter() {
+                                let mut p = p.clone();
+                                p.insert(name.clone(), c.clone());
+                                next.push(p);
+                            }
+                        }
+                        partial = sample(next, stats);
+                    }
+                    for &mode in &modes {
+                        for p in &partial {
+                            out.insert(Disk::Dir { mode, entries: p.clone() });
+                        }
+                    }
+                }
+            }
+        }
+        stack.remove(&ino);
+        let states = Rc::new(sample(out.into_iter().collect(), stats));
+        memo.insert(ino, states.clone());
+        states
+    }
+
+    /// The entry sets a crash may leave in a directory: its durable entries
+    /// plus any subset (or, above [`SUBSET_MAX`], any prefix) of its pending
+    /// changes, applied in order.
+    fn entry_choices(&self, inode: &Inode, stats: &mut EnumStats) -> BTreeSet<BTreeMap<String, Ino>> {
+        let k = inode.changes.len();
+        let mut out = BTreeSet::new();
+        if k <= SUBSET_MAX {
+            for mask in 0u32..(1 << k) {
+                let mut e = inode.entries.clone();
+                for (i, change) in inode.changes.iter().enumerate() {
+                    if mask & (1 << i) != 0 {
+                        apply(&mut e, change);
+                    }
+                }
+                out.insert(e);
+            }
+        } else {
+            stats.prefix_only += 1;
+            let mut e = inode.entries.clone();
+            out.insert(e.clone());
+            for change in &inode.changes {
+                apply(&mut e, change);
+                out.insert(e.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Keep at most [`STATES_CAP`] states, evenly spread, first and last included.
+fn sample<T: Clone>(v: Vec<T>, stats: &mut EnumStats) -> Vec<T> {
+    if v.len() <= STATES_CAP {
+        return v;
+    }
+    stats.capped += 1;
+    let n = v.len();
+    (0..STATES_CAP).map(|i| v[i * (n - 1) / (STATES_CAP - 1)].clone()).collect()
+}
+
+/// Resolve a recorded trace, in order, into inode operations, starting from
+/// `initial`. Panics if the trace names something the model does not hold
+/// (the recording missed an operation).
+pub fn lower(initial: &Model, trace: &[ROp]) -> Vec<Step> {
+    let mut m = initial.clone();
+    trace
+        .iter()
+        .map(|rop| {
+            let op = m.lower_one(rop);
+            m.apply(&op);
+            Step { op, what: rop.to_string(), rop: rop.clone() }
+        })
+        .collect()
+}

@@ -1,0 +1,127 @@
+//! Mutation checks: break the recorded sequence on purpose and make sure the
+//! explorer sees it. Each fsync is dropped in turn, and the swap is moved
+//! before the fsync that must precede it (the staging directory's for a
+//! sync, the temporary file's for a single-file write). Every mutation must
+//! produce a violating crash state; one that goes unnoticed fails the test,
+//! because it means that step is not needed or the explorer is blind.
+
+use crate::explorer::{Explorer, Opts, Scenario, print_stats};
+use crate::model::{IOp, Step};
+use crate::scenarios;
+use crate::trace::ROp;
+
+/// One broken variant of a trace.
+struct Mutation {
+    name: String,
+    steps: Vec<Step>,
+}
+
+/// Every fsync dropped in turn, and the swap moved before the fsync of
+/// `before_swap` (a path in the trace), if given.
+fn mutations(sc: &Scenario, before_swap: Option<&str>) -> Vec<Mutation> {
+    let mut out = Vec::new();
+    for (i, step) in sc.steps.iter().enumerate() {
+        if matches!(step.op, IOp::Fsync { .. }) {
+            let mut steps = sc.steps.clone();
+            steps.remove(i);
+            out.push(Mutation { name: format!("drop op {} `{}`", i + 1, step.what), steps });
+        }
+    }
+    if let Some(path) = before_swap {
+        let swap = sc.steps.iter().position(|s| s.rop.is_swap()).expect("a swap");
+        let fsync = sc
+            .steps
+            .iter()
+            .position(|s| match &s.rop {
+                ROp::FsyncDir { path: p } | ROp::FsyncFile { path: p } => crate::trace::short(p) == path,
+                _ => false,
+            })
+            .unwrap_or_else(|| panic!("no fsync of {path}"));
+        assert!(fsync < swap, "the fsync of {path} precedes the swap");
+        let mut steps = sc.steps.clone();
+        let moved = steps.remove(swap);
+        let name = format!("move `{}` before `{}`", moved.what, steps[fsync].what);
+        steps.insert(fsync, moved);
+        out.push(Mutation { name, steps });
+    }
+    out
+}
+
+/// Explore every mutation of `sc`; print each with its first violating
+/// crash point; fail if the original trace has a violation or if any
+/// mutation has none.
+fn check_mutations(ex: &mut Explorer, sc: &Scenario, before_swap: Option<&str>) {
+    let base = ex.explore(sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+    assert!(base.violations.is_empty(), "{}: the unmutated trace fails: {}", sc.name, base.violations[0]);
+    let muts = mutations(sc, before_swap);
+    let fsyncs = sc.steps.iter().filter(|s| matches!(s.op, IOp::Fsync { .. })).count();
+    assert_eq!(muts.len(), fsyncs + usize::from(before_swap.is_some()));
+    let mut unnoticed = Vec::new();
+    let mut states = 0;
+    let before = ex.materialised;
+    let start = std::time::Instant::now();
+    for m in &muts {
+        let out = ex.explore(sc, &m.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+        states += out.stats.states;
+        match out.violations.first() {
+            Some(v) => println!("[mutation] {}: {} — caught at {v}", sc.name, m.name),
+            None => {
+                println!("[mutation] {}: {} — NOT CAUGHT", sc.name, m.name);
+                unnoticed.push(m.name.clone());
+            }
+        }
+    }
+    println!(
+        "[mutation] {}: {} mutations, {} caught, {states} states explored, {} materialised, {:.2?}",
+        sc.name,
+        muts.len(),
+        muts.len() - unnoticed.len(),
+        ex.materialised - before,
+        start.elapsed()
+    );
+    print_stats(&format!("{} (unmutated, to first violation)", sc.name), sc.steps.len(), &base, 0);
+    assert!(unnoticed.is_empty(), "{}: mutations the explorer did not catch: {unnoticed:?}", sc.name);
+}
+
+#[test]
+fn every_fsync_and_the_swap_order_of_a_replacing_sync_are_needed() {
+    let mut ex = Explorer::new();
+    let sc = scenarios::replace(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<stage>"));
+}
+
+#[test]
+fn every_fsync_and_the_swap_order_of_a_nested_sync_are_needed() {
+    let mut ex = Explorer::new();
+    let sc = scenarios::nested(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<stage>"));
+    // Also before the deepest subdirectory's fsync, the first directory fsync.
+    check_mutations(&mut ex, &sc, Some("<stage>/sub/dir"));
+}
+
+#[test]
+fn every_fsync_and_the_swap_order_of_a_first_sync_are_needed() {
+    let mut ex = Explorer::new();
+    let sc = scenarios::create(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<stage>"));
+    let sc = scenarios::fresh_parents(&mut ex);
+    check_mutations(&mut ex, &sc, Some("a/b/<stage>"));
+}
+
+#[test]
+fn every_fsync_and_the_rename_order_of_a_single_file_write_are_needed() {
+    let mut ex = Explorer::new();
+    let sc = scenarios::write_replace(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<tmp>"));
+    let sc = scenarios::write_create(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<tmp>"));
+}
+
+#[test]
+fn the_commit_fsync_of_a_removal_is_needed() {
+    let mut ex = Explorer::new();
+    let sc = scenarios::remove_dir(&mut ex);
+    check_mutations(&mut ex, &sc, None);
+    let sc = scenarios::remove_file(&mut ex);
+    check_mutations(&mut ex, &sc, None);
+}

@@ -1,0 +1,376 @@
+//! The explored scenarios: each runs one real durable-core call on a temp
+//! dir with a recording probe, replays the trace into the weak model, and
+//! explores every crash point.
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use durasync::durable::names::{Leftover, leftover_name};
+use durasync::durable::{self, Options};
+
+use crate::explorer::{Expect, Explorer, Opts, Outcome, Scenario, print_stats, remove};
+use crate::model::{Disk, Model, lower, materialise, snapshot};
+use crate::trace::{ROp, Recorder};
+
+/// Crashed states per scenario whose own recovery is explored.
+const RECOVERY_CRASHES: usize = 6;
+
+/// A file node.
+pub fn file(data: &str, mode: u32) -> Disk {
+    Disk::File { data: data.as_bytes().to_vec(), mode }
+}
+
+/// A directory with `mode` holding `files` at relative paths (implied
+/// directories get 0755).
+pub fn dir(mode: u32, files: &[(&str, Disk)]) -> Disk {
+    let mut d = Disk::dir(mode);
+    for (path, node) in files {
+        d.insert(path, node.clone());
+    }
+    d
+}
+
+/// The durable tree for a directory node (its files and directories).
+pub fn to_tree(node: &Disk) -> durable::Tree {
+    fn add(tree: &mut durable::Tree, prefix: &str, node: &Disk) {
+        let Disk::Dir { entries, .. } = node else { panic!("not a directory") };
+        for (name, child) in entries {
+            let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+            match child {
+                Disk::File { data, mode } => tree.add_file(&path, data.clone(), *mode).expect("add file"),
+                Disk::Dir { mode, .. } => {
+                    tree.add_dir(&path, *mode).expect("add dir");
+                    add(tree, &path, child);
+                }
+                Disk::Link { .. } => panic!("trees hold no links"),
+            }
+        }
+    }
+    let mut tree = durable::Tree::new();
+    add(&mut tree, "", node);
+    tree
+}
+
+/// The bystander every scenario plants beside the target.
+const KEEP: &str = "keep.txt";
+
+/// Run `call` on a real directory holding `initial` (plus [`KEEP`]) and
+/// turn what it recorded into a scenario. Checks that replaying the trace in
+/// the model gives exactly the real result, so no operation went unrecorded.
+pub fn record(
+    ex: &mut Explorer,
+    name: &str,
+    mut initial: Disk,
+    target: &str,
+    call: impl FnOnce(BorrowedFd<'_>) -> Vec<ROp>,
+) -> Scenario {
+    initial.insert(KEEP, file("bystander", 0o644));
+    let root = ex.fresh_path();
+    materialise(&initial, &root);
+    let before = snapshot(&root);
+    assert_eq!(before, initial, "materialising the initial state");
+    let dir = std::fs::File::open(&root).expect("open root");
+    let trace = call(dir.as_fd());
+    drop(dir);
+    let after = snapshot(&root);
+    remove(&root);
+
+    let model = Model::from_disk(&before);
+    let steps = lower(&model, &trace);
+    let mut replay = model.clone();
+    for step in &steps {
+        replay.apply(&step.op);
+    }
+    assert_eq!(
+        replay.current().describe(),
+        after.describe(),
+        "{name}: replaying the recorded trace in the model must give the real result"
+    );
+    Scenario {
+        name: name.to_owned(),
+        expect: Expect {
+            target: target.to_owned(),
+            old: before.get(target).cloned(),
+            new: after.get(target).cloned(),
+            keep: vec![(KEEP.to_owned(), before.get(KEEP).cloned())],
+            dirs_from: Vec::new(),
+        },
+        initial: before,
+        steps,
+    }
+}
+
+/// Explore a scenario completely, print its numbers and fail on any violation.
+pub fn explore_ok(ex: &mut Explorer, sc: &Scenario) -> Outcome {
+    let before = ex.materialised;
+    let out = ex.explore(sc, &sc.steps, Opts { stop_at_first: false, recovery_crashes: RECOVERY_CRASHES });
+    print_stats(&sc.name, sc.steps.len(), &out, ex.materialised - before);
+    if std::env::var_os("CRASH_VERBOSE").is_some() {
+        for (i, step) in sc.steps.iter().enumerate() {
+            println!("    op {:>2}: {}", i + 1, step.what);
+        }
+    }
+    let shown: Vec<String> = out.violations.iter().take(5).map(|v| v.to_string()).collect();
+    assert!(
+        out.violations.is_empty(),
+        "{}: {} violating crash states, the first:\n{}",
+        sc.name,
+        out.violations.len(),
+        shown.join("\n")
+    );
+    assert_eq!(out.stats.enumeration.capped, 0, "{}: state enumeration was sampled", sc.name);
+    out
+}
+
+/// The crash point right after the last operation matching `pred`.
+fn point_after_last(sc: &Scenario, pred: impl Fn(&ROp) -> bool) -> usize {
+    sc.steps.iter().rposition(|s| pred(&s.rop)).expect("operation in trace") + 1
+}
+
+/// Assert the commit window: the new target appears no earlier than right
+/// after the swap, and is the only possibility from right after the commit
+/// fsync of `commit_dir`.
+fn assert_commit_window(sc: &Scenario, out: &Outcome, commit_dir: &str) {
+    let swap = point_after_last(sc, |op| {
+        op.is_swap() || matches!(op, ROp::Unlink { path } if path == &sc.expect.target)
+    });
+    let commit = point_after_last(sc, |op| matches!(op, ROp::FsyncDir { path } if path == commit_dir));
+    assert_eq!(out.stats.first_new, Some(swap), "{}: the new target appears only with the swap", sc.name);
+    assert_eq!(
+        out.stats.new_only_from,
+        Some(commit),
+        "{}: the new target is certain exactly from the commit fsync on",
+        sc.name
+    );
+}
+
+fn sync_call(tree: durable::Tree) -> impl FnOnce(BorrowedFd<'_>) -> Vec<ROp> {
+    move |root| {
+        let rec = Recorder::new();
+        let opts = Options { probe: &rec, ..Options::default() };
+        durable::sync_dir(root, "t", &tree, &opts).expect("sync");
+        rec.take()
+    }
+}
+
+/// Sync replacing an existing tree (three files for two plus a subdirectory).
+pub fn replace(ex: &mut Explorer) -> Scenario {
+    let old = dir(
+        0o750,
+        &[("x", file("old x", 0o644)), ("y", file("old y", 0o600)), ("sub/z", file("old z", 0o640))],
+    );
+    let new =
+        dir(0o750, &[("a", file("new a", 0o644)), ("b", file("new b", 0o600)), ("c", file("new c", 0o755))]);
+    let sc = record(ex, "sync replacing a tree", dir(0o755, &[("t", old)]), "t", sync_call(to_tree(&new)));
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    sc
+}
+
+/// Sync replacing a nested tree with another (`sub/dir/file`).
+pub fn nested(ex: &mut Explorer) -> Scenario {
+    let old = dir(0o755, &[("top", file("old top", 0o644)), ("sub/dir/file", file("old file", 0o600))]);
+    let mut new = dir(
+        0o755,
+        &[
+            ("top", file("new top", 0o644)),
+            ("sub/dir/file", file("new file", 0o600)),
+            ("sub/other", file("o", 0o644)),
+        ],
+    );
+    if let Disk::Dir { entries, .. } = &mut new
+        && let Some(Disk::Dir { mode, .. }) = entries.get_mut("sub")
+    {
+        *mode = 0o750;
+    }
+    let sc = record(ex, "sync of a nested tree", dir(0o755, &[("t", old)]), "t", sync_call(to_tree(&new)));
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    sc
+}
+
+/// First-time sync: the target does not exist yet.
+pub fn create(ex: &mut Explorer) -> Scenario {
+    let new = dir(0o755, &[("a", file("first a", 0o644)), ("b", file("first b", 0o600))]);
+    let sc = record(ex, "first-time sync", Disk::dir(0o755), "t", sync_call(to_tree(&new)));
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    sc
+}
+
+/// `create_dirs_beneath("a/b")`, then a first sync of `a/b/t`.
+pub fn fresh_parents(ex: &mut Explorer) -> Scenario {
+    let new = dir(0o755, &[("f", file("deep", 0o644))]);
+    let tree = to_tree(&new);
+    let mut split = 0;
+    let mut sc = record(ex, "create_dirs_beneath + sync", Disk::dir(0o755), "a/b/t", |root| {
+        let rec = Recorder::new();
+        let parent =
+            durable::create_dirs_beneath(root, "a/b", &Options { probe: &rec, ..Options::default() })
+                .expect("create dirs");
+        let mut trace = rec.take();
+        split = trace.len();
+        let rec = Recorder::under("a/b");
+        durable::sync_dir(parent.as_fd(), "t", &tree, &Options { probe: &rec, ..Options::default() })
+            .expect("sync");
+        trace.extend(rec.take());
+        trace
+    });
+    // Once create_dirs_beneath returned, both directories are durable.
+    sc.expect.dirs_from = vec![(split, "a".into(), 0o755), (split, "a/b".into(), 0o755)];
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    sc
+}
+
+fn write_call(contents: &'static str, mode: Option<u32>) -> impl FnOnce(BorrowedFd<'_>) -> Vec<ROp> {
+    move |root| {
+        let rec = Recorder::new();
+        let opts = Options { probe: &rec, ..Options::default() };
+        durable::write_file(root, "f", contents.as_bytes(), mode, &opts).expect("write");
+        rec.take()
+    }
+}
+
+/// Single-file write replacing an existing file (new bytes and mode).
+pub fn write_replace(ex: &mut Explorer) -> Scenario {
+    let initial = dir(0o755, &[("f", file("old manifest", 0o644))]);
+    let sc = record(ex, "single-file replace", initial, "f", write_call("new manifest", Some(0o600)));
+    assert_eq!(sc.expect.new, Some(file("new manifest", 0o600)));
+    sc
+}
+
+/// Single-file write creating the file.
+pub fn write_create(ex: &mut Explorer) -> Scenario {
+    let sc = record(ex, "single-file create", Disk::dir(0o755), "f", write_call("fresh", None));
+    assert_eq!(sc.expect.new, Some(file("fresh", 0o644)));
+    sc
+}
+
+fn remove_call(root: BorrowedFd<'_>) -> Vec<ROp> {
+    let rec = Recorder::new();
+    durable::remove(root, "d", &Options { probe: &rec, ..Options::default() })
+        .expect("remove")
+        .expect("removed");
+    rec.take()
+}
+
+/// Durable removal of a directory tree.
+pub fn remove_dir(ex: &mut Explorer) -> Scenario {
+    let d = dir(0o755, &[("p", file("p", 0o644)), ("q/r", file("r", 0o600))]);
+    let sc = record(ex, "directory removal", dir(0o755, &[("d", d)]), "d", remove_call);
+    assert_eq!(sc.expect.new, None);
+    sc
+}
+
+/// Durable removal of a single file.
+pub fn remove_file(ex: &mut Explorer) -> Scenario {
+    let sc = record(ex, "file removal", dir(0o755, &[("d", file("gone", 0o644))]), "d", remove_call);
+    assert_eq!(sc.expect.new, None);
+    sc
+}
+
+/// `recover` of leftovers planted by hand: staging with nested files and
+/// links pointing out of it (one at the target), a temp file, a trash tree,
+/// a leftover in a subdirectory, and a look-alike that is not a leftover.
+pub fn planted(ex: &mut Explorer) -> Scenario {
+    let stage = leftover_name(Leftover::Stage);
+    let tmp = leftover_name(Leftover::Tmp);
+    let trash = leftover_name(Leftover::Trash);
+    let nested_tmp = leftover_name(Leftover::Tmp);
+    let t = dir(0o755, &[("a", file("live a", 0o644))]);
+    let initial = dir(
+        0o755,
+        &[
+            ("t", t),
+            (&format!("{stage}/a"), file("", 0o600)),
+            (&format!("{stage}/sub/b"), file("half", 0o600)),
+            (&format!("{stage}/lk"), Disk::Link { target: "../keep.txt".into() }),
+            (&format!("{stage}/ldir"), Disk::Link { target: "../t".into() }),
+            (&format!("{trash}/x/y"), file("y", 0o644)),
+            (&tmp, file("partial", 0o600)),
+            ("other/k", file("k", 0o644)),
+            (&format!("other/{nested_tmp}"), file("tmp", 0o600)),
+            (".durasync-stage-notaleftover/z", file("z", 0o644)),
+        ],
+    );
+    let mut sc = record(ex, "recover of planted leftovers", initial, "t", |root| {
+        let rec = Recorder::new();
+        let removed =
+            durable::recover(root, &Options { probe: &rec, ..Options::default() }).expect("recover");
+        assert_eq!(removed.len(), 4, "{removed:?}");
+        rec.take()
+    });
+    for keep in ["other/k", ".durasync-stage-notaleftover"] {
+        sc.expect.keep.push((keep.to_owned(), sc.initial.get(keep).cloned()));
+    }
+    assert_eq!(sc.expect.new, sc.expect.old);
+    sc
+}
+
+#[test]
+fn sync_replacing_a_tree_is_old_or_new_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = replace(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
+    assert!(out.stats.recovery_runs > 0, "no crashed state had leftovers to recover");
+}
+
+#[test]
+fn nested_tree_sync_is_old_or_new_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = nested(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
+}
+
+#[test]
+fn first_sync_creates_the_target_all_or_nothing_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = create(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
+}
+
+#[test]
+fn sync_into_freshly_created_parents_is_durable_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = fresh_parents(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, "a/b");
+}
+
+#[test]
+fn single_file_replace_is_old_or_new_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = write_replace(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
+}
+
+#[test]
+fn single_file_create_is_missing_or_new_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = write_create(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
+}
+
+#[test]
+fn directory_removal_is_all_or_nothing_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = remove_dir(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
+}
+
+#[test]
+fn file_removal_is_all_or_nothing_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = remove_file(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
+}
+
+#[test]
+fn recovery_of_planted_leftovers_is_idempotent_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = planted(&mut ex);
+    explore_ok(&mut ex, &sc);
+}

@@ -1,0 +1,249 @@
+//! Strace audit: run the real `durasync sync` binary under `strace -f -y`,
+//! extract its durable sequence (file fsyncs, directory fsyncs, the
+//! `renameat2` flags, their order) and check it is the sequence the explorer
+//! verified for the same trees: N + D + 2 fsyncs for N files and D new
+//! subdirectories, every staging fsync completed before the swap, exactly one
+//! fsync after it, of the parent. A second identical sync must issue no
+//! fsync and no rename at all.
+//!
+//! Skipped, loudly, when `strace` is not installed (`.ci/run` installs it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::explorer::{Explorer, Opts};
+use crate::model::{Disk, materialise};
+use crate::scenarios::{self, dir, file};
+use crate::support::durasync;
+use crate::trace::{DurableSeq, Event, ROp, Recorder, staging_rel};
+
+/// The syscalls that can make anything durable or move a name.
+const TRACED: &str = "trace=fsync,fdatasync,sync,syncfs,sync_file_range,msync,rename,renameat,renameat2";
+
+fn strace_available() -> bool {
+    let ok = Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!(
+            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+             !!! SKIPPED: strace is not installed; the strace audit did NOT run. !!!\n\
+             !!! Install it (apt-get install strace; .ci/run does) and rerun.    !!!\n\
+             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
+        );
+    }
+    ok
+}
+
+/// One traced system call, completed.
+#[derive(Debug, Clone)]
+struct Call {
+    name: String,
+    args: String,
+    ret: String,
+}
+
+/// Run `durasync ARGS` under strace; the completed calls in completion
+/// order (a call interrupted by another thread's is placed where it returned).
+fn strace(work: &Path, args: &[&Path]) -> Vec<Call> {
+    let log = work.join(format!("strace-{}.log", std::process::id()));
+    let out = Command::new("strace")
+        .args(["-f", "-y", "-qq", "-e", TRACED, "-o"])
+        .arg(&log)
+        .arg(durasync())
+        .args(args)
+        .output()
+        .expect("running strace");
+    assert!(
+        out.status.success(),
+        "durasync under strace failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&log).expect("strace log");
+    let _ = std::fs::remove_file(&log);
+    parse(&text)
+}
+
+fn parse(text: &str) -> Vec<Call> {
+    let mut pending: std::collections::HashMap<String, String> = Default::default();
+    let mut calls = Vec::new();
+    for line in text.lines() {
+        let Some((pid, rest)) = line.split_once(' ') else { continue };
+        let rest = rest.trim_start();
+        let full = if let Some(start) = rest.strip_suffix(" <unfinished ...>") {
+            pending.insert(pid.to_owned(), start.to_owned());
+            continue;
+        } else if let Some(resumed) = rest.strip_prefix("<... ") {
+            let (_, tail) = resumed.split_once(" resumed>").expect("resumed line");
+            let start = pending.remove(pid).unwrap_or_else(|| panic!("resumed without start: {line}"));
+            format!("{start}{tail}")
+        } else if rest.starts_with("+++") || rest.starts_with("---") {
+            continue;
+        } else {
+            rest.to_owned()
+        };
+        let (name, after) = full.split_once('(').unwrap_or_else(|| panic!("unparsed strace line: {line}"));
+        // strace pads `) = 0` with spaces when it reassembles an interrupted call.
+        let (args, ret) = after.rsplit_once(')').unwrap_or_else(|| panic!("no return value: {line}"));
+        let ret = ret.trim().strip_prefix('=').unwrap_or_else(|| panic!("no return value: {line}"));
+        calls.push(Call { name: name.to_owned(), args: args.to_owned(), ret: ret.trim().to_owned() });
+    }
+    calls
+}
+
+/// The path `-y` prints for the fd in the first argument.
+fn fd_path(args: &str) -> String {
+    let first = args.split(", ").next().unwrap_or(args);
+    let start = first.find('<').expect("fd path (strace -y)");
+    let end = first.rfind('>').expect("fd path end");
+    first[start + 1..end].to_owned()
+}
+
+/// The durable sequence of a traced sync of `target` whose new contents
+/// are `new` (used to tell a directory's fsync from a file's).
+fn durable_seq(calls: &[Call], target: &Path, new: &Disk) -> DurableSeq {
+    let parent = target.parent().expect("target parent").to_str().expect("utf-8").to_owned();
+    let mut events = Vec::new();
+    for call in calls {
+        assert_eq!(call.ret, "0", "{} failed: {call:?}", call.name);
+        match call.name.as_str() {
+            "fsync" => {
+                let path = fd_path(&call.args);
+                let rel = path
+                    .strip_prefix(&parent)
+                    .map(|r| r.trim_start_matches('/'))
+                    .unwrap_or_else(|| panic!("fsync outside the target's parent: {path}"));
+                let rel = staging_rel(rel);
+                let is_dir = rel == "<parent>" || matches!(new.get(&rel), Some(Disk::Dir { .. }));
+                assert!(
+                    rel == "<parent>" || new.get(&rel).is_some(),
+                    "fsync of something neither staging nor parent: {path}"
+                );
+                events.push(if is_dir { Event::FsyncDir(rel) } else { Event::FsyncFile(rel) });
+            }
+            "renameat2" => {
+                let flags = call.args.rsplit(", ").next().unwrap_or_default().to_owned();
+                events.push(Event::Swap(flags));
+            }
+            other => panic!("unexpected durability or rename call {other}({})", call.args),
+        }
+    }
+    DurableSeq::from_events(&events)
+}
+
+/// The sequence the explorer verified for the same call: explore the
+/// recorded trace (it must have no violation) and reduce it.
+fn explored_seq(ex: &mut Explorer, sc: &crate::explorer::Scenario) -> DurableSeq {
+    let out = ex.explore(sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+    assert!(out.violations.is_empty(), "{}: {}", sc.name, out.violations[0]);
+    let trace: Vec<ROp> = sc.steps.iter().map(|s| s.rop.clone()).collect();
+    DurableSeq::from_trace(&trace)
+}
+
+/// A work directory with `old` (if any) at `t` and `new` at `src`.
+fn setup(old: Option<&Disk>, new: &Disk) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let work =
+        tempfile::Builder::new().prefix("crash-strace-").tempdir_in(crate::tmp_base()).expect("tempdir");
+    let parent = work.path().join("p");
+    std::fs::create_dir(&parent).expect("mkdir");
+    let (target, src) = (parent.join("t"), work.path().join("src"));
+    if let Some(old) = old {
+        materialise(old, &target);
+    }
+    materialise(new, &src);
+    (work, target, src)
+}
+
+fn assert_seq(seq: &DurableSeq, new: &Disk, swap: &str) {
+    let files =
+        new.paths_where(&|_| true).into_iter().filter(|p| matches!(new.get(p), Some(Disk::File { .. })));
+    let files: std::collections::BTreeSet<String> = files.collect();
+    let dirs = new.paths_where(&|_| true).len() - files.len();
+    assert_eq!(seq.swaps, 1, "{seq:?}");
+    assert_eq!(seq.swap, swap, "{seq:?}");
+    assert_eq!(seq.file_fsyncs, files, "every file is fsynced once before the swap");
+    assert_eq!(seq.dir_fsyncs.len(), dirs + 1, "each new directory and the staging root: {seq:?}");
+    assert_eq!(seq.after_swap, ["<parent>"], "exactly one fsync after the swap, of the parent");
+    assert!(seq.root_fsync_last, "the staging root is fsynced last before the swap: {seq:?}");
+    assert!(seq.files_before_dirs, "file fsyncs complete before directory fsyncs: {seq:?}");
+    assert_eq!(seq.fsyncs(), files.len() + dirs + 2, "N + D + 2 fsyncs");
+}
+
+fn sync_args<'a>(target: &'a Path, src: &'a Path) -> [&'a Path; 4] {
+    [Path::new("sync"), target, Path::new("--from"), src]
+}
+
+#[test]
+fn strace_of_a_nested_sync_matches_the_explored_sequence_and_a_repeat_does_nothing() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    let sc = scenarios::nested(&mut ex);
+    let (old, new) = (sc.expect.old.clone().expect("old"), sc.expect.new.clone().expect("new"));
+    let explored = explored_seq(&mut ex, &sc);
+    assert_seq(&explored, &new, "RENAME_EXCHANGE");
+
+    let (work, target, src) = setup(Some(&old), &new);
+    let calls = strace(work.path(), &sync_args(&target, &src));
+    let traced = durable_seq(&calls, &target, &new);
+    println!("[strace] nested sync: {} fsyncs, swap {}: {traced:?}", traced.fsyncs(), traced.swap);
+    assert_eq!(traced, explored, "the binary's durable sequence is the explored one");
+    assert_seq(&traced, &new, "RENAME_EXCHANGE");
+
+    let again = strace(work.path(), &sync_args(&target, &src));
+    println!("[strace] identical second sync: {} durability/rename calls", again.len());
+    assert!(again.is_empty(), "an unchanged sync issues no fsync and no rename: {again:?}");
+}
+
+#[test]
+fn strace_of_a_first_sync_matches_the_explored_sequence() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    let sc = scenarios::create(&mut ex);
+    let new = sc.expect.new.clone().expect("new");
+    let explored = explored_seq(&mut ex, &sc);
+    let (work, target, src) = setup(None, &new);
+    let traced = durable_seq(&strace(work.path(), &sync_args(&target, &src)), &target, &new);
+    println!("[strace] first sync: {} fsyncs, swap {}", traced.fsyncs(), traced.swap);
+    assert_eq!(traced, explored);
+    assert_seq(&traced, &new, "RENAME_NOREPLACE");
+}
+
+#[test]
+fn strace_of_100_files_into_an_existing_target_shows_100_file_and_2_dir_fsyncs() {
+    if !strace_available() {
+        return;
+    }
+    let block = |i: usize| "x".repeat(4096 - 8) + &format!("{i:08}");
+    let files: Vec<(String, Disk)> = (0..100).map(|i| (format!("f{i:03}"), file(&block(i), 0o644))).collect();
+    let refs: Vec<(&str, Disk)> = files.iter().map(|(n, d)| (n.as_str(), d.clone())).collect();
+    let new = dir(0o755, &refs);
+    let old = dir(0o755, &[("old", file("old", 0o644))]);
+
+    // The same call in-process, recorded through the probe.
+    let (work, target, src) = setup(Some(&old), &new);
+    let recorded = {
+        let rec = Recorder::new();
+        let parent = std::fs::File::open(target.parent().expect("parent")).expect("open");
+        let opts = durasync::durable::Options { probe: &rec, ..Default::default() };
+        let tree = scenarios::to_tree(&new);
+        durasync::durable::sync_dir(std::os::fd::AsFd::as_fd(&parent), "t", &tree, &opts).expect("sync");
+        materialise_again(&target, &old);
+        DurableSeq::from_trace(&rec.take())
+    };
+    let traced = durable_seq(&strace(work.path(), &sync_args(&target, &src)), &target, &new);
+    let file_fsyncs = traced.file_fsyncs.len();
+    println!("[strace] 100 x 4 KiB: {file_fsyncs} file fsyncs, {} dir fsyncs", traced.fsyncs() - file_fsyncs);
+    assert_eq!(file_fsyncs, 100);
+    assert_eq!(traced.fsyncs() - file_fsyncs, 2, "the staging directory and the parent");
+    assert_seq(&traced, &new, "RENAME_EXCHANGE");
+    assert_eq!(traced, recorded, "the binary's sequence is the probe's");
+}
+
+/// Put `old` back at `target` (replacing what is there).
+fn materialise_again(target: &Path, old: &Disk) {
+    std::fs::remove_dir_all(target).expect("remove");
+    materialise(old, target);
+}

@@ -1,0 +1,229 @@
+//! Recording what the durable core does: a [`Probe`] that keeps every
+//! mutating system call the core made (the same `sys.rs` calls the binary
+//! makes), and the reduction of a recorded sync to its durable sequence,
+//! which the strace audit compares with the real binary.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use durasync::durable::names::is_leftover;
+use durasync::durable::{Op, Probe};
+
+/// One recorded operation, owned, with paths relative to the explored root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ROp {
+    Lock { dir: String },
+    Mkdir { path: String },
+    Create { path: String },
+    Write { path: String, data: Vec<u8> },
+    Chmod { path: String, mode: u32 },
+    FsyncFile { path: String },
+    FsyncDir { path: String },
+    Exchange { a: String, b: String },
+    Rename { from: String, to: String, replace: bool },
+    Unlink { path: String },
+    Rmdir { path: String },
+}
+
+impl ROp {
+    /// Whether this is the swap of a sync (exchange or rename).
+    pub fn is_swap(&self) -> bool {
+        matches!(self, ROp::Exchange { .. } | ROp::Rename { .. })
+    }
+}
+
+impl std::fmt::Display for ROp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = short;
+        match self {
+            ROp::Lock { dir } => write!(f, "lock {}", s(dir)),
+            ROp::Mkdir { path } => write!(f, "mkdir {}", s(path)),
+            ROp::Create { path } => write!(f, "create {}", s(path)),
+            ROp::Write { path, data } => write!(f, "write {} ({} B)", s(path), data.len()),
+            ROp::Chmod { path, mode } => write!(f, "chmod {} {mode:04o}", s(path)),
+            ROp::FsyncFile { path } => write!(f, "fsync-file {}", s(path)),
+            ROp::FsyncDir { path } => write!(f, "fsync-dir {}", s(path)),
+            ROp::Exchange { a, b } => write!(f, "exchange {} <-> {}", s(a), s(b)),
+            ROp::Rename { from, to, replace } => {
+                let how = if *replace { "replace" } else { "noreplace" };
+                write!(f, "rename({how}) {} -> {}", s(from), s(to))
+            }
+            ROp::Unlink { path } => write!(f, "unlink {}", s(path)),
+            ROp::Rmdir { path } => write!(f, "rmdir {}", s(path)),
+        }
+    }
+}
+
+/// A path with every leftover name shortened to its kind (`<stage>`), for
+/// messages and for comparing runs whose random names differ.
+pub fn short(path: &str) -> String {
+    path.split('/')
+        .map(|c| {
+            if is_leftover(c) {
+                let kind = c.trim_start_matches(".durasync-").split('-').next().unwrap_or("leftover");
+                format!("<{kind}>")
+            } else {
+                c.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A probe that records every successful mutating call, under a mutex.
+///
+/// Calls are recorded in `after`, i.e. once they took effect. File writes
+/// and fsyncs run on several threads, so two overlapping calls may be
+/// recorded in either order; ordering by completion is always a valid
+/// linearisation (each effect lies inside its call), and the threads touch
+/// distinct files, so any recorded interleaving is one that could happen.
+pub struct Recorder {
+    prefix: String,
+    ops: Mutex<Vec<ROp>>,
+}
+
+impl Recorder {
+    /// A recorder for calls anchored at the explored root.
+    pub fn new() -> Self {
+        Self::under("")
+    }
+
+    /// A recorder for calls anchored at `prefix` beneath the explored root.
+    pub fn under(prefix: &str) -> Self {
+        Recorder { prefix: prefix.to_owned(), ops: Mutex::new(Vec::new()) }
+    }
+
+    /// Everything recorded so far.
+    pub fn take(&self) -> Vec<ROp> {
+        std::mem::take(&mut *self.ops.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn p(&self, path: &str) -> String {
+        match (self.prefix.as_str(), path) {
+            ("", p) => p.to_owned(),
+            (pre, "." | "") => pre.to_owned(),
+            (pre, p) => format!("{pre}/{p}"),
+        }
+    }
+}
+
+impl Probe for Recorder {
+    fn after(&self, op: &Op<'_>) {
+        let p = |s: &str| self.p(s);
+        let rop = match *op {
+            Op::Lock { dir } => ROp::Lock { dir: p(dir) },
+            Op::Mkdir { path } => ROp::Mkdir { path: p(path) },
+            Op::Create { path } => ROp::Create { path: p(path) },
+            Op::Write { path, data } => ROp::Write { path: p(path), data: data.to_vec() },
+            Op::Chmod { path, mode } => ROp::Chmod { path: p(path), mode },
+            Op::FsyncFile { path } => ROp::FsyncFile { path: p(path) },
+            Op::FsyncDir { path } => ROp::FsyncDir { path: p(path) },
+            Op::Exchange { a, b } => ROp::Exchange { a: p(a), b: p(b) },
+            Op::Rename { from, to, replace } => ROp::Rename { from: p(from), to: p(to), replace },
+            Op::Unlink { path } => ROp::Unlink { path: p(path) },
+            Op::Rmdir { path } => ROp::Rmdir { path: p(path) },
+        };
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(rop);
+    }
+}
+
+/// The durable sequence of one directory sync, with the random staging name
+/// taken out: what must match between the explored trace and the binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableSeq {
+    /// Files fsynced before the swap, relative to the staging root.
+    pub file_fsyncs: BTreeSet<String>,
+    /// Directories fsynced before the swap, in order, relative to the
+    /// staging root (`.` is the staging root itself).
+    pub dir_fsyncs: Vec<String>,
+    /// `RENAME_EXCHANGE` or `RENAME_NOREPLACE`.
+    pub swap: String,
+    /// Directories fsynced after the swap (`<parent>` is the target's parent).
+    pub after_swap: Vec<String>,
+    /// Whether every file fsync completed before the first directory fsync.
+    pub files_before_dirs: bool,
+    /// Whether the staging root's fsync is the last one before the swap.
+    pub root_fsync_last: bool,
+    /// How many swaps there were (must be exactly one).
+    pub swaps: usize,
+}
+
+impl DurableSeq {
+    /// Total fsyncs: N + D + 2 for N files and D new subdirectories.
+    pub fn fsyncs(&self) -> usize {
+        self.file_fsyncs.len() + self.dir_fsyncs.len() + self.after_swap.len()
+    }
+
+    /// Reduce classified events, in completion order, to a `DurableSeq`.
+    pub fn from_events(events: &[Event]) -> DurableSeq {
+        let mut seq = DurableSeq {
+            file_fsyncs: BTreeSet::new(),
+            dir_fsyncs: Vec::new(),
+            swap: String::new(),
+            after_swap: Vec::new(),
+            files_before_dirs: true,
+            root_fsync_last: false,
+            swaps: 0,
+        };
+        let mut last_before_swap = None;
+        for ev in events {
+            match ev {
+                Event::Swap(kind) => {
+                    seq.swaps += 1;
+                    seq.swap = kind.clone();
+                }
+                Event::FsyncFile(p) if seq.swaps == 0 => {
+                    if !seq.dir_fsyncs.is_empty() {
+                        seq.files_before_dirs = false;
+                    }
+                    seq.file_fsyncs.insert(p.clone());
+                    last_before_swap = Some(ev);
+                }
+                Event::FsyncDir(p) if seq.swaps == 0 => {
+                    seq.dir_fsyncs.push(p.clone());
+                    last_before_swap = Some(ev);
+                }
+                Event::FsyncFile(p) | Event::FsyncDir(p) => seq.after_swap.push(p.clone()),
+            }
+        }
+        seq.root_fsync_last = matches!(last_before_swap, Some(Event::FsyncDir(p)) if p == ".");
+        seq
+    }
+
+    /// The durable sequence of a recorded sync anchored at the target's parent.
+    pub fn from_trace(trace: &[ROp]) -> DurableSeq {
+        let events: Vec<Event> = trace
+            .iter()
+            .filter_map(|op| match op {
+                ROp::FsyncFile { path } => Some(Event::FsyncFile(staging_rel(path))),
+                ROp::FsyncDir { path } => Some(Event::FsyncDir(staging_rel(path))),
+                ROp::Exchange { .. } => Some(Event::Swap("RENAME_EXCHANGE".into())),
+                ROp::Rename { replace: false, .. } => Some(Event::Swap("RENAME_NOREPLACE".into())),
+                ROp::Rename { replace: true, .. } => Some(Event::Swap("plain rename".into())),
+                _ => None,
+            })
+            .collect();
+        DurableSeq::from_events(&events)
+    }
+}
+
+/// A durable event, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    FsyncFile(String),
+    FsyncDir(String),
+    Swap(String),
+}
+
+/// `<stage>/a/b` → `a/b`, `<stage>` → `.`, the anchor `.` → `<parent>`.
+pub fn staging_rel(path: &str) -> String {
+    let mut parts = path.split('/');
+    match parts.next() {
+        Some(first) if is_leftover(first) => {
+            let rest: Vec<&str> = parts.collect();
+            if rest.is_empty() { ".".to_owned() } else { rest.join("/") }
+        }
+        Some(".") | Some("") | None => "<parent>".to_owned(),
+        Some(_) => path.to_owned(),
+    }
+}
