@@ -33,7 +33,7 @@ pub fn build(manifest: &str, package: &str) -> PathBuf {
         .arg(&target_dir)
         // The outer test build's flags are for the host, not for wasm.
         .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("CARGO_ENCODED_RUSTFLAGS", reproducible_rustflags())
         .output()
         .expect("running cargo");
     assert!(
@@ -51,6 +51,23 @@ pub fn build(manifest: &str, package: &str) -> PathBuf {
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/<test-binary> → target
-    let target = exe.ancestors().nth(3).map(Path::to_path_buf).unwrap_or_else(|| workspace_root().join("target"));
+    let target =
+        exe.ancestors().nth(3).map(Path::to_path_buf).unwrap_or_else(|| workspace_root().join("target"));
     target.join("wasm")
+}
+
+/// The flags of every nested wasm build (`demo.sh` uses the same): the
+/// paths rustc embeds (panic locations) are remapped, so a component is
+/// byte-identical wherever the repository and the cargo home are, and the
+/// sha256 pinned in a committed `plugin.toml` matches a fresh build.
+pub fn reproducible_rustflags() -> String {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cargo"));
+    [
+        format!("--remap-path-prefix={}=/cargo", cargo_home.display()),
+        format!("--remap-path-prefix={}=/durasync", workspace_root().display()),
+    ]
+    .join("\x1f")
 }
