@@ -124,16 +124,27 @@ fn print_operations(ops: &[Operation]) {
         let error = op.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
         println!(
             "{} {}:{}: {} written, {} removed ({} ms){error}",
-            op.outcome, op.root, op.path, op.written, op.removed, op.ms
+            op.outcome,
+            op.root,
+            printable(&op.path),
+            op.written,
+            op.removed,
+            op.ms
         );
         if let Some(plan) = &op.plan {
             for (mark, names) in [("+", &plan.added), ("~", &plan.changed), ("-", &plan.removed)] {
                 for name in names {
-                    println!("  {mark} {name}");
+                    println!("  {mark} {}", printable(name));
                 }
             }
         }
     }
+}
+
+/// A plugin-chosen name with control characters escaped (a NUL or an
+/// escape sequence must not reach the operator's terminal raw).
+fn printable(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 pub fn inspect(args: &InspectArgs) -> Result<()> {

@@ -297,10 +297,22 @@ fn stat_entry(dir: BorrowedFd<'_>, name: &str) -> Result<Option<(bool, u32)>, Wi
     match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => {
             let ft = rustix::fs::FileType::from_raw_mode(st.st_mode as _);
-            Ok(Some((ft == rustix::fs::FileType::Directory, st.st_mode as u32 & 0o7777)))
+            Ok(Some((ft == rustix::fs::FileType::Directory, st.st_mode & 0o7777)))
         }
         Err(rustix::io::Errno::NOENT) => Ok(None),
         Err(e) => Err(WitError::Io(format!("stat {name}: {}", std::io::Error::from(e)))),
+    }
+}
+
+/// Refuse a symbolic link at `name` before the core takes its lock, so a
+/// refused call leaves no trace (not even the lock file) in the root. The
+/// core checks again under the lock; this only makes the refusal earlier.
+fn refuse_link(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<(), WitError> {
+    match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode as _) == rustix::fs::FileType::Symlink => {
+            Err(wit(durable::Error::Symlink { path: path.to_owned() }))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -352,6 +364,7 @@ fn sync(
         (report, Some(Changes::from(plan)))
     } else {
         let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts()).map_err(wit)?;
+        refuse_link(pfd.as_fd(), name, path)?;
         (durable::sync_dir(pfd.as_fd(), name, &tree, &opts()).map_err(wit)?, None)
     };
     if report.outcome != Outcome::Unchanged {
@@ -409,6 +422,7 @@ fn write_file(
         (Report { outcome, written, removed: 0 }, Some(changes))
     } else {
         let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts()).map_err(wit)?;
+        refuse_link(pfd.as_fd(), name, path)?;
         (durable::write_file(pfd.as_fd(), name, &contents, Some(mode), &opts()).map_err(wit)?, None)
     };
     if report.outcome != Outcome::Unchanged {

@@ -110,7 +110,7 @@ pub fn human_bytes(n: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, size) in UNITS {
         if n >= size {
-            return if n % size == 0 {
+            return if n.is_multiple_of(size) {
                 format!("{} {unit}", n / size)
             } else {
                 format!("{:.1} {unit}", n as f64 / size as f64)
@@ -123,7 +123,11 @@ pub fn human_bytes(n: u64) -> String {
 /// A duration in milliseconds for a person: `30 s`, `1.5 s`, `250 ms`.
 pub fn human_ms(ms: u64) -> String {
     if ms >= 1000 {
-        if ms % 1000 == 0 { format!("{} s", ms / 1000) } else { format!("{:.1} s", ms as f64 / 1000.0) }
+        if ms.is_multiple_of(1000) {
+            format!("{} s", ms / 1000)
+        } else {
+            format!("{:.1} s", ms as f64 / 1000.0)
+        }
     } else {
         format!("{ms} ms")
     }

@@ -248,7 +248,7 @@ fn check_root_name(name: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    const SHA: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+    const SHA: &str = "abababababababababababababababababababababababababababababababab";
 
     fn parse(text: &str) -> Result<Manifest, Error> {
         Manifest::parse(text, Path::new("/etc/durasync/p/plugin.toml"))

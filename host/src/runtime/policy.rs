@@ -47,17 +47,22 @@ impl Interface {
 
     /// Every violation of the policy, each naming the import or export.
     pub fn violations(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
+        let mut out = Vec::new();
+        let forbidden: Vec<String> = self
             .imports
             .iter()
             .filter(|i| !ALLOWED_IMPORTS.iter().any(|p| i.starts_with(p)))
-            .map(|i| {
-                format!(
-                    "it imports `{i}`, which is not allowed (plugins may import only {})",
-                    ALLOWED_IMPORTS.iter().map(|p| format!("{p}*")).collect::<Vec<_>>().join(", ")
-                )
-            })
+            .map(|i| format!("`{i}`"))
             .collect();
+        if !forbidden.is_empty() {
+            let allowed: Vec<String> = ALLOWED_IMPORTS.iter().map(|p| format!("{p}*")).collect();
+            out.push(format!(
+                "it imports {}, which {} not allowed (plugins may import only {})",
+                forbidden.join(", "),
+                if forbidden.len() == 1 { "is" } else { "are" },
+                allowed.join(", ")
+            ));
+        }
         for e in REQUIRED_EXPORTS {
             if !self.exports.iter().any(|x| x == e) {
                 out.push(format!("it does not export `{e}` (world durasync:plugin/plugin)"));
@@ -79,6 +84,7 @@ mod tests {
         };
         let v = i.violations();
         assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].contains("which is not allowed"), "{v:?}");
         assert!(v[0].contains("`wasi:filesystem/types@0.2.4`"));
         assert!(v[1].contains("`describe`"));
     }

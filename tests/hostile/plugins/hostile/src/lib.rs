@@ -1,0 +1,192 @@
+//! One hostile plugin, many behaviours: `input` names what it does.
+//! Each behaviour that probes the sandbox returns `Err` with one line per
+//! attempt (`write-file ../x: InvalidPath(..)`), or `ESCAPED` on a line when
+//! an attempt that must fail succeeded.
+
+wit_bindgen::generate!({ path: "../../../../wit/durasync.wit", world: "plugin" });
+
+use durasync::plugin::fs::{Dir, open_root};
+use durasync::plugin::log::{Level, log};
+use durasync::plugin::types::File;
+
+struct Hostile;
+
+fn file(name: &str) -> File {
+    File { name: name.into(), contents: b"evil".to_vec(), mode: 0o644 }
+}
+
+/// Try every path operation on `path`; record how each ended. With
+/// `unlink` false, `remove` and `exchange` are skipped: on a link inside the
+/// root they would legitimately act on the link itself.
+fn probe(dir: &Dir, path: &str, unlink: bool, out: &mut Vec<String>) {
+    let mut line = |op: &str, r: Result<String, String>| match r {
+        Ok(v) => out.push(format!("{op} {path:?}: ESCAPED {v}")),
+        Err(e) => out.push(format!("{op} {path:?}: {e}")),
+    };
+    line("sync", dir.sync(path, &[file("f")]).map(|r| format!("{r:?}")).map_err(|e| format!("{e:?}")));
+    line(
+        "write-file",
+        dir.write_file(path, b"evil", 0o644).map(|r| format!("{r:?}")).map_err(|e| format!("{e:?}")),
+    );
+    line(
+        "read-file",
+        dir.read_file(path).map(|r| format!("{:?}", r.map(|b| b.len()))).map_err(|e| format!("{e:?}")),
+    );
+    line(
+        "list-dir",
+        dir.list_dir(path).map(|r| format!("{} entries", r.len())).map_err(|e| format!("{e:?}")),
+    );
+    line("open-dir", dir.open_dir(path).map(|_| "a handle".to_owned()).map_err(|e| format!("{e:?}")));
+    line("fsync", dir.fsync(path).map(|_| "fsynced".to_owned()).map_err(|e| format!("{e:?}")));
+    if !unlink {
+        return;
+    }
+    line("remove", dir.remove(path).map(|r| format!("{r}")).map_err(|e| format!("{e:?}")));
+    line(
+        "exchange",
+        dir.exchange(path, "inside").map(|_| "exchanged".to_owned()).map_err(|e| format!("{e:?}")),
+    );
+}
+
+fn root(name: &str) -> Result<Dir, String> {
+    open_root(name).map_err(|e| format!("{e:?}"))
+}
+
+impl Guest for Hostile {
+    fn describe() -> Info {
+        Info {
+            name: "hostile".into(),
+            version: "0".into(),
+            summary: "tries to escape its sandbox".into(),
+            roots: vec!["data".into()],
+        }
+    }
+
+    fn run(_config: String, input: Vec<u8>) -> Result<String, String> {
+        let mode = String::from_utf8_lossy(&input).trim().to_owned();
+        match mode.as_str() {
+            "paths" => {
+                let dir = root("data")?;
+                let mut out = Vec::new();
+                for path in ["../x", "/etc/x", "a/../../x", "x\0y", "inside/../../x", "..", "/"] {
+                    probe(&dir, path, true, &mut out);
+                }
+                // Bad names inside a sync's file list.
+                for name in ["../x", "/etc/x", "a/../../x", "x\0y"] {
+                    let r = dir.sync("inside", &[file(name)]);
+                    out.push(match r {
+                        Ok(r) => format!("sync file {name:?}: ESCAPED {r:?}"),
+                        Err(e) => format!("sync file {name:?}: {e:?}"),
+                    });
+                }
+                Err(out.join("\n"))
+            }
+            "symlink" => {
+                let dir = root("data")?;
+                let mut out = Vec::new();
+                // `link` → a directory outside the root; `flink` → a file outside.
+                for path in ["link/secret", "link/sub/x", "flink/x"] {
+                    probe(&dir, path, true, &mut out);
+                }
+                for path in ["link", "flink"] {
+                    probe(&dir, path, false, &mut out);
+                }
+                Err(out.join("\n"))
+            }
+            "ungranted" => match open_root("secret") {
+                Ok(_) => Ok("ESCAPED: opened an ungranted root".into()),
+                Err(e) => Err(format!("open-root secret: {e:?}")),
+            },
+            "readonly" => {
+                let dir = root("data")?;
+                let mut out = Vec::new();
+                let mut line = |op: &str, r: Result<(), String>| {
+                    out.push(match r {
+                        Ok(()) => format!("{op}: ESCAPED"),
+                        Err(e) => format!("{op}: {e}"),
+                    })
+                };
+                line("sync", dir.sync("sub", &[file("f")]).map(drop).map_err(|e| format!("{e:?}")));
+                line(
+                    "write-file",
+                    dir.write_file("inside", b"x", 0o644).map(drop).map_err(|e| format!("{e:?}")),
+                );
+                line("remove", dir.remove("inside").map(drop).map_err(|e| format!("{e:?}")));
+                line("exchange", dir.exchange("inside", "other").map_err(|e| format!("{e:?}")));
+                let sub = dir.open_dir("sub").map_err(|e| format!("{e:?}"))?;
+                line(
+                    "sub write-file",
+                    sub.write_file("f", b"x", 0o644).map(drop).map_err(|e| format!("{e:?}")),
+                );
+                // Reading is allowed.
+                match dir.read_file("inside") {
+                    Ok(Some(_)) => out.push("read-file: allowed".into()),
+                    other => out.push(format!("read-file: unexpected {other:?}")),
+                }
+                Err(out.join("\n"))
+            }
+            "loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    let mut chunk = vec![0u8; 16 << 20];
+                    chunk[4096] = 1;
+                    hoard.push(std::hint::black_box(chunk));
+                    if hoard.len() > 1 << 20 {
+                        return Ok(format!("{}", hoard.len()));
+                    }
+                }
+            }
+            "panic" => panic!("hostile plugin panics on purpose"),
+            "log-flood" => {
+                let line = "x".repeat(1000);
+                for i in 0..20_000 {
+                    log(Level::Warn, &format!("{i} {line}"));
+                }
+                Ok("flooded the log".into())
+            }
+            "stderr-flood" => {
+                let line = "y".repeat(1000);
+                for _ in 0..10_000 {
+                    eprintln!("{line}");
+                }
+                Ok("flooded stderr".into())
+            }
+            "huge-result" => Ok("z".repeat(8 << 20)),
+            "bytes" => {
+                let dir = root("data")?;
+                // Ignores the limit error: the host must fail the run anyway.
+                let r = dir.write_file("big", &vec![7u8; 2 << 20], 0o644);
+                Ok(format!("ignored {r:?}"))
+            }
+            "files" => {
+                let dir = root("data")?;
+                let files: Vec<File> = (0..50).map(|i| file(&format!("f{i}"))).collect();
+                let r = dir.sync("many", &files);
+                Ok(format!("ignored {r:?}"))
+            }
+            "write" => {
+                let dir = root("data")?;
+                let r = dir
+                    .sync(
+                        "secrets/tls",
+                        &[
+                            file("tls.crt"),
+                            File { name: "tls.key".into(), contents: b"k".to_vec(), mode: 0o600 },
+                        ],
+                    )
+                    .map_err(|e| format!("{e:?}"))?;
+                dir.write_file("manifest.yaml", b"kind: Pod\n", 0o644).map_err(|e| format!("{e:?}"))?;
+                Ok(format!("synced: {r:?}"))
+            }
+            other => Err(format!("unknown mode {other:?}")),
+        }
+    }
+}
+
+export!(Hostile);
