@@ -80,7 +80,9 @@ fn tree_paths_breaking_the_rules_are_refused_naming_the_path() {
     for (path, words) in table {
         let mut t = pair();
         let before = t.clone();
-        for err in [t.add_file(&path, b"x".to_vec(), 0o644).unwrap_err(), t.add_dir(&path, 0o755).unwrap_err()] {
+        for err in
+            [t.add_file(&path, b"x".to_vec(), 0o644).unwrap_err(), t.add_dir(&path, 0o755).unwrap_err()]
+        {
             assert!(matches!(&err, Error::InvalidPath { path: p, .. } if *p == path), "{path:?}: {err:?}");
             assert!(err.to_string().contains(words), "{path:?}: {err}");
         }
@@ -235,7 +237,9 @@ fn a_source_holding_a_device_is_refused() {
         rustix::fs::makedev(1, 3),
     );
     if let Err(e) = made {
-        eprintln!("SKIPPED a_source_holding_a_device_is_refused: cannot create a character device here ({e})");
+        eprintln!(
+            "SKIPPED a_source_holding_a_device_is_refused: cannot create a character device here ({e})"
+        );
         return;
     }
     assert_source_entry_refused("character device", |p| {

@@ -66,7 +66,11 @@ fn explore(case: &Case<'_>) -> usize {
     let swap_at = keys.iter().position(|k| *k == case.swap).unwrap_or_else(|| {
         panic!("no {} in the recorded run: {keys:#?}", case.swap);
     });
-    assert_eq!(keys.get(swap_at + 1), Some(&Key { kind: "fsync-dir", path: ".".into() }), "commit follows swap");
+    assert_eq!(
+        keys.get(swap_at + 1),
+        Some(&Key { kind: "fsync-dir", path: ".".into() }),
+        "commit follows swap"
+    );
 
     for (i, k) in keys.iter().enumerate() {
         let s = Scratch::new();
@@ -142,7 +146,14 @@ fn exchange_key() -> Key {
 
 #[test]
 fn every_failing_step_of_a_parallel_sync_leaves_old_or_committed_new() {
-    let case = Case { setup: &with_old_target, run: &sync_new, target: "target", parent: "", swap: exchange_key(), threads: 4 };
+    let case = Case {
+        setup: &with_old_target,
+        run: &sync_new,
+        target: "target",
+        parent: "",
+        swap: exchange_key(),
+        threads: 4,
+    };
     let steps = explore(&case);
     // Enough steps were explored to cover every file and directory.
     assert!(steps > new_tree().file_count() * 4, "{steps}");
@@ -150,7 +161,14 @@ fn every_failing_step_of_a_parallel_sync_leaves_old_or_committed_new() {
 
 #[test]
 fn every_failing_step_of_a_sequential_sync_leaves_old_or_committed_new() {
-    let case = Case { setup: &with_old_target, run: &sync_new, target: "target", parent: "", swap: exchange_key(), threads: 1 };
+    let case = Case {
+        setup: &with_old_target,
+        run: &sync_new,
+        target: "target",
+        parent: "",
+        swap: exchange_key(),
+        threads: 1,
+    };
     explore(&case);
 }
 
@@ -164,7 +182,14 @@ fn every_failing_step_of_a_sync_to_a_missing_target_leaves_no_target_or_committe
 #[test]
 fn every_failing_step_of_a_sync_to_an_empty_tree_leaves_old_or_committed_new() {
     let run = |s: &Scratch, o: &Options<'_>| durable::sync_dir(s.fd(), "target", &Tree::new(), o).map(drop);
-    let case = Case { setup: &with_old_target, run: &run, target: "target", parent: "", swap: exchange_key(), threads: 4 };
+    let case = Case {
+        setup: &with_old_target,
+        run: &run,
+        target: "target",
+        parent: "",
+        swap: exchange_key(),
+        threads: 4,
+    };
     explore(&case);
 }
 

@@ -101,7 +101,9 @@ fn recover_removes_planted_leftovers_at_every_depth_without_following_links() {
     // A link to a directory holding a leftover-named entry: recover must not descend it.
     std::os::unix::fs::symlink(outside.path(), s.join("secrets/link")).unwrap();
     // Names that merely look like durasync's are not removed.
-    for not_ours in [".durasync-stage-short", ".durasync-stage-0123456789ABCDEF", "durasync-stage-0123456789abcdef"] {
+    for not_ours in
+        [".durasync-stage-short", ".durasync-stage-0123456789ABCDEF", "durasync-stage-0123456789abcdef"]
+    {
         std::fs::write(s.join(not_ours), b"not a leftover").unwrap();
     }
     let before_targets = snapshot(&s.join("secrets/tls"));

@@ -8,7 +8,10 @@ mod support;
 mod common;
 
 mod bad_input;
+mod cli;
+mod concurrency;
 mod faults;
+mod fsync_count;
 mod leftovers;
 mod modes;
 mod upstream_matrix;

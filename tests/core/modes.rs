@@ -12,7 +12,9 @@ use crate::common::*;
 /// A source tree with every kind of permission bits worth checking.
 fn exotic() -> Tree {
     let mut t = readable_by_owner();
-    for (path, contents, mode) in [("no-bits", b"0000", 0o000), ("setuid", b"4755", 0o4755), ("setgid", b"2711", 0o2711)] {
+    for (path, contents, mode) in
+        [("no-bits", b"0000", 0o000), ("setuid", b"4755", 0o4755), ("setgid", b"2711", 0o2711)]
+    {
         t.add_file(path, contents.to_vec(), mode).unwrap();
     }
     t
@@ -118,7 +120,9 @@ fn as_nobody(args: &[&str], cwd: &Path) -> std::process::Output {
 #[test]
 fn a_non_root_user_syncs_replaces_and_recovers_read_only_directories() {
     if !can_drop_privileges() {
-        eprintln!("SKIPPED a_non_root_user_syncs_replaces_and_recovers_read_only_directories: needs root and setpriv");
+        eprintln!(
+            "SKIPPED a_non_root_user_syncs_replaces_and_recovers_read_only_directories: needs root and setpriv"
+        );
         return;
     }
     let s = Scratch::new();
@@ -131,7 +135,11 @@ fn a_non_root_user_syncs_replaces_and_recovers_read_only_directories() {
     write_tree(&w.join("src1"), &first, 0o755);
     write_tree(&w.join("src2"), &second, 0o755);
     chown_tree(&w);
-    assert_eq!(contents(&snapshot(&w.join("src1"))), contents(&expected(&first, 0o755)), "chown kept the modes");
+    assert_eq!(
+        contents(&snapshot(&w.join("src1"))),
+        contents(&expected(&first, 0o755)),
+        "chown kept the modes"
+    );
 
     let out = as_nobody(&["sync", "target", "--from", "src1"], &w);
     assert_eq!(ok_stdout(&out), format!("created target: {} written, 0 removed\n", first.file_count()));

@@ -369,7 +369,10 @@ fn write_file_writes_content_and_mode() {
     let s = Scratch::new();
     let r = durable::write_file(s.fd(), "manifest.yaml", b"kind: Pod\n", Some(0o600), &opts(&NoProbe, 1));
     assert_eq!(r.unwrap().outcome, Outcome::Created);
-    assert_eq!(file_entry(&s.join("manifest.yaml")), Entry::File { mode: 0o600, bytes: b"kind: Pod\n".into() });
+    assert_eq!(
+        file_entry(&s.join("manifest.yaml")),
+        Entry::File { mode: 0o600, bytes: b"kind: Pod\n".into() }
+    );
     assert_eq!(names(s.path()), ["manifest.yaml".to_owned()].into());
 }
 

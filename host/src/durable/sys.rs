@@ -211,7 +211,7 @@ pub(crate) enum Kind {
 pub(crate) fn kind_at(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<(Kind, u32)> {
     match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => {
-            let mode = st.st_mode as u32;
+            let mode = st.st_mode;
             Ok((kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)), mode & 0o7777))
         }
         Err(rustix::io::Errno::NOENT) => Ok((Kind::Missing, 0)),
