@@ -37,6 +37,9 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     check_name(name)?;
     tree.check_limits(&opts.limits)?;
     let sys = Sys::new(opts.probe);
+    // A symlinked or wrong-kind target is refused before the lock file is
+    // created, so a refused request leaves the parent exactly as it was.
+    target_state(parent, name)?;
 
     // 2. Serialise with every other durasync process working in this parent.
     let _lock = sys.lock(parent, ".")?;

@@ -43,14 +43,15 @@ pub fn write_file(
         });
     }
     let sys = Sys::new(opts.probe);
+    // A symlinked or wrong-kind target is refused before the lock file is
+    // created, so a refused request leaves the directory exactly as it was.
+    file_state(dir, name)?;
     let _lock = sys.lock(dir, ".")?;
     remove_leftovers(&sys, dir, ".")?;
 
-    let (exists, mode) = match kind_at(dir, name, name)? {
-        (Kind::File, old) => (true, mode.unwrap_or(old)),
-        (Kind::Missing, _) => (false, mode.unwrap_or(DEFAULT_FILE_MODE)),
-        (Kind::Symlink, _) => return Err(Error::Symlink { path: name.to_owned() }),
-        _ => return Err(Error::NotAFile { path: name.to_owned() }),
+    let (exists, mode) = match file_state(dir, name)? {
+        Some(old) => (true, mode.unwrap_or(old)),
+        None => (false, mode.unwrap_or(DEFAULT_FILE_MODE)),
     };
     if exists && kind_at(dir, name, name)?.1 == mode && read_file_at(dir, name, name)? == contents {
         return Ok(Report::unchanged());
@@ -78,4 +79,15 @@ pub fn write_file(
     // Commit point: the directory entry now naming the new inode is durable.
     committed(sys.fsync_dir(dir, ".", Step::FsyncParent), false)?;
     Ok(Report { outcome: if exists { Outcome::Replaced } else { Outcome::Created }, written: 1, removed: 0 })
+}
+
+/// The mode of the regular file `name`, `None` when nothing is there; a
+/// link or anything but a regular file is refused.
+fn file_state(dir: BorrowedFd<'_>, name: &str) -> Result<Option<u32>> {
+    match kind_at(dir, name, name)? {
+        (Kind::File, mode) => Ok(Some(mode)),
+        (Kind::Missing, _) => Ok(None),
+        (Kind::Symlink, _) => Err(Error::Symlink { path: name.to_owned() }),
+        _ => Err(Error::NotAFile { path: name.to_owned() }),
+    }
 }
