@@ -12,6 +12,7 @@ mod explorer;
 mod model;
 mod mutations;
 mod scenarios;
+mod soak;
 mod strace;
 mod trace;
 

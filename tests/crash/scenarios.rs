@@ -12,7 +12,7 @@ use crate::model::{Disk, Model, lower, materialise, snapshot};
 use crate::trace::{ROp, Recorder};
 
 /// Crashed states per scenario whose own recovery is explored.
-const RECOVERY_CRASHES: usize = 6;
+const RECOVERY_CRASHES: usize = 12;
 
 /// A file node.
 pub fn file(data: &str, mode: u32) -> Disk {
@@ -186,6 +186,19 @@ pub fn nested(ex: &mut Explorer) -> Scenario {
     sc
 }
 
+/// Sync replacing a tree while an earlier crash's staging (holding what
+/// would have been the next tree) is still beside it: it must be removed,
+/// never swapped in.
+pub fn stale_leftover(ex: &mut Explorer) -> Scenario {
+    let old = dir(0o755, &[("a", file("old a", 0o644))]);
+    let stale = dir(0o755, &[("a", file("stale a", 0o644)), ("s/b", file("stale b", 0o644))]);
+    let new = dir(0o755, &[("a", file("new a", 0o644)), ("b", file("new b", 0o644))]);
+    let initial = dir(0o755, &[("t", old), (&leftover_name(Leftover::Stage), stale)]);
+    let sc = record(ex, "sync beside a stale staging", initial, "t", sync_call(to_tree(&new)));
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    sc
+}
+
 /// First-time sync: the target does not exist yet.
 pub fn create(ex: &mut Explorer) -> Scenario {
     let new = dir(0o755, &[("a", file("first a", 0o644)), ("b", file("first b", 0o600))]);
@@ -310,6 +323,14 @@ fn sync_replacing_a_tree_is_old_or_new_at_every_crash_point() {
     let out = explore_ok(&mut ex, &sc);
     assert_commit_window(&sc, &out, ".");
     assert!(out.stats.recovery_runs > 0, "no crashed state had leftovers to recover");
+}
+
+#[test]
+fn sync_beside_a_stale_staging_never_swaps_it_in_at_any_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = stale_leftover(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
 }
 
 #[test]

@@ -1,0 +1,193 @@
+//! Kill -9 soak: start `durasync sync` of a 2000-file tree, SIGKILL it at a
+//! random moment, run `durasync recover`, and check the target is exactly
+//! the old or the new tree and no leftover remains. Bounded: at most
+//! [`MAX_ITERATIONS`] kills and [`BUDGET`] of wall time, so a slow machine
+//! simply runs fewer iterations (nothing asserts on time).
+//!
+//! Runs on tmpfs unless `DURASYNC_SOAK_TMP` names another directory.
+//! A SIGKILL is not a power loss (the page cache survives), so this checks
+//! process-crash atomicity and recovery of real leftovers at scale; the
+//! explorer covers power loss.
+//!
+//! Phase of each kill, decided from what the process printed and the state
+//! it left (before recovery):
+//! - **before the swap**: the target is still the old tree (split by whether
+//!   a staging directory had been started);
+//! - **during**: the target is the new tree but the process had not printed
+//!   its report: killed between the exchange and reporting success (the
+//!   parent fsync, the commit point, or removing the old tree);
+//! - **after**: the process had printed its report (success was reported),
+//!   whether the kill then hit it or it had already exited.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use durasync::durable::names::is_leftover;
+
+use crate::model::{Disk, materialise, snapshot};
+use crate::scenarios::{dir, file};
+use crate::support::durasync;
+
+/// Upper bound on the whole soak, setup included, far below the 60 s cap.
+const BUDGET: Duration = Duration::from_secs(45);
+/// Upper bound on kills.
+const MAX_ITERATIONS: usize = 60;
+/// Files per tree.
+const FILES: usize = 2000;
+
+/// Two different 2000-file trees in 20 subdirectories: different bytes,
+/// some different names and modes.
+fn source(tag: char) -> Disk {
+    let mut files = Vec::with_capacity(FILES);
+    for i in 0..FILES {
+        let name = if tag == 'B' && i % 200 == 0 {
+            format!("d{:02}/only-b-{i:04}", i / 100)
+        } else {
+            format!("d{:02}/f{i:04}", i / 100)
+        };
+        let mode = if tag == 'B' && i % 3 == 0 { 0o600 } else { 0o644 };
+        files.push((name, file(&format!("{tag} generation, file {i}, {}\n", "-".repeat(i % 97)), mode)));
+    }
+    let refs: Vec<(&str, Disk)> = files.iter().map(|(n, d)| (n.as_str(), d.clone())).collect();
+    dir(0o755, &refs)
+}
+
+/// A small xorshift generator: the delays need no quality, only spread.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Rng {
+        let mut b = [0u8; 8];
+        rustix::rand::getrandom(&mut b[..], rustix::rand::GetRandomFlags::empty()).expect("getrandom");
+        Rng(u64::from_le_bytes(b) | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+fn leftovers(parent: &Path) -> Vec<String> {
+    snapshot(parent).paths_where(&|name| is_leftover(name))
+}
+
+fn run_ok(args: &[&Path]) {
+    let out = Command::new(durasync()).args(args).output().expect("run durasync");
+    assert!(out.status.success(), "durasync {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[derive(Debug, Default)]
+struct Phases {
+    before_nothing_staged: usize,
+    before_staging: usize,
+    during: usize,
+    after_killed: usize,
+    after_exited: usize,
+}
+
+#[test]
+fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
+    let start = Instant::now();
+    // tmpfs by default (a SIGKILL does not depend on the file system, and a
+    // 2000-file sync there takes ~0.1 s instead of 2–5 s of device flushes
+    // on this shared disk); DURASYNC_SOAK_TMP=/var/tmp runs it on the disk.
+    let base = std::env::var_os("DURASYNC_SOAK_TMP").map_or_else(crate::tmp_base, Into::into);
+    let work = tempfile::Builder::new().prefix("crash-soak-").tempdir_in(base).expect("tempdir");
+    let (src_a, src_b) = (work.path().join("a"), work.path().join("b"));
+    let (tree_a, tree_b) = (source('A'), source('B'));
+    materialise(&tree_a, &src_a);
+    materialise(&tree_b, &src_b);
+    let parent = work.path().join("p");
+    std::fs::create_dir(&parent).expect("mkdir");
+    let target = parent.join("t");
+    let sync = |src: &'_ Path| -> Vec<std::ffi::OsString> {
+        vec!["sync".into(), target.clone().into(), "--from".into(), src.into()]
+    };
+
+    // Uninterrupted syncs: the first creates; the median of three replaces
+    // (what every iteration does) sets the range of kill delays.
+    run_ok(&[Path::new("sync"), &target, Path::new("--from"), &src_a]);
+    let mut times: Vec<Duration> = [&src_b, &src_a, &src_b]
+        .iter()
+        .map(|src| {
+            let t = Instant::now();
+            run_ok(&[Path::new("sync"), &target, Path::new("--from"), src]);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    let replace_time = times[1];
+    assert_eq!(snapshot(&target), tree_b);
+
+    let mut rng = Rng::seeded();
+    let mut phases = Phases::default();
+    let mut current = 'B';
+    let mut iterations = 0;
+    while iterations < MAX_ITERATIONS && start.elapsed() + replace_time * 2 < BUDGET {
+        iterations += 1;
+        let (next, src, old, new) =
+            if current == 'A' { ('B', &src_b, &tree_a, &tree_b) } else { ('A', &src_a, &tree_b, &tree_a) };
+        // Uniform over 1.1 × a full sync: most kills land inside it, some after.
+        let delay = Duration::from_micros(rng.below(replace_time.as_micros() as u64 * 11 / 10));
+        let mut child = Command::new(durasync())
+            .args(sync(src))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn durasync");
+        std::thread::sleep(delay);
+        let _ = child.kill(); // SIGKILL; fails only if it already exited
+        let status = child.wait().expect("wait");
+        let mut printed = String::new();
+        child.stdout.take().expect("stdout").read_to_string(&mut printed).expect("read stdout");
+        let printed = !printed.is_empty();
+
+        let state = snapshot(&target);
+        let staged = !leftovers(&parent).is_empty();
+        let is_new = &state == new;
+        assert!(
+            is_new || &state == old,
+            "iteration {iterations}: before recovery the target is neither tree"
+        );
+        run_ok(&[Path::new("recover"), &parent]);
+        let recovered = snapshot(&target);
+        assert_eq!(recovered, state, "iteration {iterations}: recovery must not touch the target");
+        assert_eq!(
+            leftovers(&parent),
+            Vec::<String>::new(),
+            "iteration {iterations}: leftovers after recover"
+        );
+        if printed {
+            assert!(is_new, "iteration {iterations}: success was reported but the target is old");
+        }
+        match (printed, is_new, staged) {
+            (true, _, _) if status.success() => phases.after_exited += 1,
+            (true, _, _) => phases.after_killed += 1,
+            (false, true, _) => phases.during += 1,
+            (false, false, true) => phases.before_staging += 1,
+            (false, false, false) => phases.before_nothing_staged += 1,
+        }
+        if is_new {
+            current = next;
+        }
+    }
+    println!(
+        "[soak] {iterations} kills of a {FILES}-file sync (full replace {replace_time:.2?}) in {:.1?}: \
+         before the swap {} ({} nothing staged yet, {} staging in progress), during {} (swapped, not \
+         reported), after {} ({} killed after reporting, {} had exited)",
+        start.elapsed(),
+        phases.before_nothing_staged + phases.before_staging,
+        phases.before_nothing_staged,
+        phases.before_staging,
+        phases.during,
+        phases.after_killed + phases.after_exited,
+        phases.after_killed,
+        phases.after_exited,
+    );
+    assert!(iterations > 0, "the soak ran no iteration");
+}
