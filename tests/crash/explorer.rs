@@ -236,6 +236,18 @@ impl Explorer {
             let (point, state) = &recovery_candidates[i];
             let (trace, recovered) = self.record_recovery(state);
             let Ok(recovered) = recovered else { continue };
+            // Idempotent: recovering a recovered state changes nothing at all.
+            let (again, _) = self.record_recovery(&recovered);
+            if !again.is_empty() {
+                let ops: Vec<String> = again.iter().map(ROp::to_string).collect();
+                out.violations.push(Violation {
+                    point: *point,
+                    after: "a completed recovery".into(),
+                    state: recovered.describe(),
+                    recovered: recovered.describe(),
+                    reason: format!("a second recovery still changed something: {ops:?}"),
+                });
+            }
             let target = recovered.get(&sc.expect.target).cloned();
             let sub = Scenario {
                 name: format!("{} / recovery of crash point {point}", sc.name),
