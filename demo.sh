@@ -1,10 +1,41 @@
 #!/usr/bin/env bash
-# The main job. Until the certsync plugin lands this is the native sync.
+# The main job, on a fresh machine, in one command: build the durasync host
+# and the certsync plugin (wasm32-wasip2), then run certsync on the bundled
+# example List (what `kubectl get configmaps,secrets -o json` prints) into
+# demo/certs, and show the tree it wrote: paths, modes, sizes.
 set -euo pipefail
 cd "$(dirname "$0")"
-cargo build --release -p durasync --quiet
-rm -rf demo && mkdir -p demo/src/secrets demo/target
-printf 'cert\n' > demo/src/secrets/tls.crt
-printf 'key\n' > demo/src/secrets/tls.key && chmod 600 demo/src/secrets/tls.key
-target/release/durasync sync demo/target/certs --from demo/src
-find demo/target -printf '%M %p\n'
+root=$PWD
+
+# The pinned toolchain and its wasm32-wasip2 target (rust-toolchain.toml);
+# rustup installs both on first use.
+rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
+
+echo "== building the host (cargo build -p durasync)"
+cargo build --quiet --locked -p durasync
+
+echo "== building the certsync plugin for wasm32-wasip2"
+# The same flags as tests/support/wasm.rs: embedded paths are remapped so the
+# component is byte-identical on every machine and matches the sha256 pinned
+# in plugins/certsync/plugin.toml.
+CARGO_ENCODED_RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"$'\x1f'"--remap-path-prefix=$root=/durasync" \
+    cargo build --quiet --locked --release --target wasm32-wasip2 -p certsync --target-dir target/wasm
+wasm=target/wasm/wasm32-wasip2/release/certsync.wasm
+echo "   $wasm: $(stat -c %s "$wasm") bytes, sha256 $(sha256sum "$wasm" | cut -d' ' -f1)"
+
+rm -rf demo
+mkdir -p demo/certs
+durasync=target/debug/durasync
+manifest=plugins/certsync/plugin.toml
+list=plugins/certsync/example/list.json
+
+echo "== durasync run $manifest --input $list   (root certs = demo/certs)"
+"$durasync" run "$manifest" --input "$list"
+
+echo
+echo "== the same again: nothing changed, nothing is written"
+"$durasync" run "$manifest" --input "$list" | grep -c '^unchanged ' | sed 's/$/ operations unchanged/'
+
+echo
+echo "== the tree certsync wrote (mode, bytes, path)"
+find demo/certs -mindepth 1 -not -name .durasync.lock -printf '%M %6s  %P\n' | sort -k3
