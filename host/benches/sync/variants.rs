@@ -1,0 +1,262 @@
+//! The measured variants. Each replaces the directory `target` in its own
+//! parent directory with `files` and reports its wall time, the time at
+//! which the change was durable (the commit point, when the variant has
+//! one apart from its end) and the fsyncs it issued, *counted*: through a
+//! counting [`Probe`] for durasync, by counters in the bench's own code for
+//! the upstream sequence and the floor.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use durasync::durable::{self, Op, Options, Outcome, Probe, Tree};
+use durasync::runtime::{Manifest, Plugin, RunRequest};
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+
+/// The name of the synced directory inside each variant's parent.
+pub const TARGET: &str = "target";
+
+/// What one sync cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// From the call to its return (old tree removed, where the variant removes it).
+    pub total: Duration,
+    /// From the call to the return of the fsync that commits the swap.
+    pub commit: Option<Duration>,
+    /// fsync calls issued, counted; `None` where the bench cannot observe them
+    /// (the plugin variant: see the strace cross-check).
+    pub fsyncs: Option<usize>,
+}
+
+/// `n` files `f0000`… of `size` bytes, pseudo-random from `seed`
+/// (splitmix64), so every round writes contents no earlier round wrote.
+pub fn contents(n: usize, size: usize, seed: u64) -> Vec<(String, Vec<u8>)> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    (0..n)
+        .map(|i| {
+            let mut data = Vec::with_capacity(size);
+            while data.len() < size {
+                state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                let take = (size - data.len()).min(8);
+                data.extend_from_slice(&z.to_le_bytes()[..take]);
+            }
+            (format!("f{i:04}"), data)
+        })
+        .collect()
+}
+
+/// The plugin's input for `files`: `<count> <size>\n` and the contents in order.
+pub fn plugin_input(files: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let size = files.first().map_or(0, |(_, d)| d.len());
+    let mut input = format!("{} {size}\n", files.len()).into_bytes();
+    for (_, d) in files {
+        assert_eq!(d.len(), size, "the plugin input format needs equal sizes");
+        input.extend_from_slice(d);
+    }
+    input
+}
+
+/// Counts the fsyncs the durable core issues and notes when the parent's
+/// fsync (the commit point, `FsyncDir { path: "." }`) returned.
+struct Counting {
+    start: Instant,
+    fsyncs: AtomicUsize,
+    commit: Mutex<Option<Duration>>,
+}
+
+impl Probe for Counting {
+    fn after(&self, op: &Op<'_>) {
+        match op {
+            Op::FsyncFile { .. } => {
+                self.fsyncs.fetch_add(1, Ordering::Relaxed);
+            }
+            Op::FsyncDir { path } => {
+                self.fsyncs.fetch_add(1, Ordering::Relaxed);
+                if *path == "." {
+                    self.commit.lock().unwrap().get_or_insert(self.start.elapsed());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn tree_of(files: Vec<(String, Vec<u8>)>) -> Tree {
+    let mut tree = Tree::new();
+    for (name, data) in files {
+        tree.add_file(&name, data, 0o644).expect("bench file names are valid");
+    }
+    tree
+}
+
+/// `durasync::durable::sync_dir` through the native library, default
+/// options (16 threads), a counting probe. Building the [`Tree`] is timed:
+/// it is part of the API call a user makes. `expect` is the outcome the
+/// round must produce (a replace, or `Unchanged` for the unchanged variant).
+pub fn durasync(parent: BorrowedFd<'_>, files: Vec<(String, Vec<u8>)>, expect: Outcome) -> Sample {
+    let start = Instant::now();
+    let probe = Counting { start, fsyncs: AtomicUsize::new(0), commit: Mutex::new(None) };
+    let opts = Options { probe: &probe, ..Options::default() };
+    let tree = tree_of(files);
+    let report = durable::sync_dir(parent, TARGET, &tree, &opts).expect("durasync sync");
+    let total = start.elapsed();
+    drop(tree);
+    assert_eq!(report.outcome, expect, "durasync variant");
+    let commit = *probe.commit.lock().unwrap();
+    Sample { total, commit, fsyncs: Some(probe.fsyncs.load(Ordering::Relaxed)) }
+}
+
+/// Initial contents for a durasync-managed target (untimed set-up).
+pub fn durasync_setup(parent: BorrowedFd<'_>, files: Vec<(String, Vec<u8>)>) {
+    durable::sync_dir(parent, TARGET, &tree_of(files), &Options::default()).expect("set-up sync");
+}
+
+/// The same sync driven by the `bench-sync` plugin: a fresh request (roots
+/// opened) and a fresh instance per round, as `durasync run` makes them,
+/// with the plugin loaded once (a warm process).
+pub fn plugin(plugin: &Plugin, manifest: &Manifest, input: Vec<u8>) -> Sample {
+    let start = Instant::now();
+    let request = RunRequest::from_manifest(manifest, input, false).expect("bench manifest roots");
+    let outcome = plugin.run(&request).expect("bench-sync plugin run");
+    let total = start.elapsed();
+    assert!(outcome.result.contains("Replaced"), "plugin variant: {}", outcome.result);
+    Sample { total, commit: None, fsyncs: None }
+}
+
+/// A unique sibling name for a staging directory.
+fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// library-go's `atomicdir.Sync` with `fsutil.WriteFileFsync`, re-implemented
+/// through paths as the Go code works: `MkdirAll(target)`, `MkdirTemp` beside
+/// it; per file `os.WriteFile` (`O_WRONLY|O_CREAT|O_TRUNC`), reopen and fsync
+/// the file, open and fsync the staging dir; `renameat2(RENAME_EXCHANGE)`;
+/// fsync both parents (the same directory here, fsynced twice as upstream
+/// does); `RemoveAll` of the old tree. 2N + 2 sequential fsyncs.
+pub fn upstream(parent: &Path, files: &[(String, Vec<u8>)]) -> Sample {
+    let mut fsyncs = 0;
+    let start = Instant::now();
+    let target = parent.join(TARGET);
+    std::fs::create_dir_all(&target).expect("MkdirAll target");
+    let tmp = parent.join(unique("target"));
+    std::fs::DirBuilder::new().mode(0o700).create(&tmp).expect("MkdirTemp");
+    for (name, data) in files {
+        let path = tmp.join(name);
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&path)
+            .expect("WriteFile open");
+        f.write_all(data).expect("WriteFile write");
+        drop(f);
+        File::open(&path).expect("reopen").sync_all().expect("fsync file");
+        File::open(&tmp).expect("open staging").sync_all().expect("fsync staging");
+        fsyncs += 2;
+    }
+    rustix::fs::renameat_with(rustix::fs::CWD, &tmp, rustix::fs::CWD, &target, RenameFlags::EXCHANGE)
+        .expect("exchange");
+    for _ in 0..2 {
+        File::open(parent).expect("open parent").sync_all().expect("fsync parent");
+        fsyncs += 1;
+    }
+    let commit = start.elapsed();
+    std::fs::remove_dir_all(&tmp).expect("RemoveAll old tree");
+    Sample { total: start.elapsed(), commit: Some(commit), fsyncs: Some(fsyncs) }
+}
+
+/// The physical floor: create and write every file, fsync all of them in
+/// parallel together with the staging directory, exchange, one parent fsync.
+/// No validation, no lock, no comparison, no fchmod. The old tree is then
+/// removed (list, unlink each file, rmdir) so every variant leaves the disk alike;
+/// `total` includes that removal, `commit` does not.
+pub fn floor(parent: BorrowedFd<'_>, files: &[(String, Vec<u8>)], threads: usize) -> Sample {
+    let fsyncs = AtomicUsize::new(0);
+    let start = Instant::now();
+    let staging = unique(".floor");
+    rustix::fs::mkdirat(parent, staging.as_str(), Mode::from_raw_mode(0o755)).expect("mkdir staging");
+    let stage = open_dir(parent, &staging);
+    let mut fds: Vec<OwnedFd> = Vec::with_capacity(files.len() + 1);
+    for (name, data) in files {
+        let fd = rustix::fs::openat(
+            &stage,
+            name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .expect("create");
+        write_all(fd.as_fd(), data);
+        fds.push(fd);
+    }
+    fds.push(stage);
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, fds.len()) {
+            s.spawn(|| {
+                while let Some(fd) = fds.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    rustix::fs::fsync(fd).expect("fsync");
+                    fsyncs.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    drop(fds);
+    rustix::fs::renameat_with(parent, staging.as_str(), parent, TARGET, RenameFlags::EXCHANGE)
+        .expect("exchange");
+    rustix::fs::fsync(parent).expect("fsync parent");
+    fsyncs.fetch_add(1, Ordering::Relaxed);
+    let commit = start.elapsed();
+    // The old tree's names are read from it, as any removal must.
+    let old = open_dir(parent, &staging);
+    let names: Vec<std::ffi::CString> = rustix::fs::Dir::read_from(&old)
+        .expect("read old tree")
+        .map(|e| e.expect("old tree entry").file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .collect();
+    for name in names {
+        rustix::fs::unlinkat(&old, name.as_c_str(), AtFlags::empty()).expect("unlink old file");
+    }
+    drop(old);
+    rustix::fs::unlinkat(parent, staging.as_str(), AtFlags::REMOVEDIR).expect("rmdir old tree");
+    Sample { total: start.elapsed(), commit: Some(commit), fsyncs: Some(fsyncs.into_inner()) }
+}
+
+/// Initial contents for the floor's target (untimed set-up): the target
+/// must exist for the exchange.
+pub fn floor_setup(parent: BorrowedFd<'_>, files: &[(String, Vec<u8>)]) {
+    rustix::fs::mkdirat(parent, TARGET, Mode::from_raw_mode(0o755)).expect("mkdir target");
+    floor(parent, files, durable::DEFAULT_THREADS);
+}
+
+fn open_dir(parent: BorrowedFd<'_>, name: &str) -> OwnedFd {
+    rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .expect("open dir")
+}
+
+fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) {
+    while !data.is_empty() {
+        match rustix::io::write(fd, data) {
+            Ok(0) => panic!("write returned 0"),
+            Ok(n) => data = &data[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+}
