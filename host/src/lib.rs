@@ -8,4 +8,5 @@
 #![deny(unsafe_code)]
 
 pub mod durable;
+#[cfg(feature = "runtime")]
 pub mod runtime;
