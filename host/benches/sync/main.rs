@@ -211,7 +211,7 @@ fn run_sync(
     variants::durasync_setup(fd(Variant::Unchanged), same.clone());
 
     let mut samples: Vec<(Variant, Vec<Sample>)> = VARIANTS.iter().map(|v| (*v, Vec::new())).collect();
-    let mut last: Vec<Option<Vec<(String, Vec<u8>)>>> = vec![None; VARIANTS.len()];
+    let mut last: Vec<Option<variants::Files>> = vec![None; VARIANTS.len()];
     for r in 0..warmup + rounds {
         let mut order = VARIANTS;
         order.rotate_left(r % VARIANTS.len());

@@ -21,6 +21,9 @@ use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 /// The name of the synced directory inside each variant's parent.
 pub const TARGET: &str = "target";
 
+/// The files of one sync: name and contents, in order.
+pub type Files = Vec<(String, Vec<u8>)>;
+
 /// What one sync cost.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
@@ -35,7 +38,7 @@ pub struct Sample {
 
 /// `n` files `f0000`… of `size` bytes, pseudo-random from `seed`
 /// (splitmix64), so every round writes contents no earlier round wrote.
-pub fn contents(n: usize, size: usize, seed: u64) -> Vec<(String, Vec<u8>)> {
+pub fn contents(n: usize, size: usize, seed: u64) -> Files {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
     (0..n)
         .map(|i| {
@@ -90,7 +93,7 @@ impl Probe for Counting {
     }
 }
 
-fn tree_of(files: Vec<(String, Vec<u8>)>) -> Tree {
+fn tree_of(files: Files) -> Tree {
     let mut tree = Tree::new();
     for (name, data) in files {
         tree.add_file(&name, data, 0o644).expect("bench file names are valid");
@@ -102,7 +105,7 @@ fn tree_of(files: Vec<(String, Vec<u8>)>) -> Tree {
 /// options (16 threads), a counting probe. Building the [`Tree`] is timed:
 /// it is part of the API call a user makes. `expect` is the outcome the
 /// round must produce (a replace, or `Unchanged` for the unchanged variant).
-pub fn durasync(parent: BorrowedFd<'_>, files: Vec<(String, Vec<u8>)>, expect: Outcome) -> Sample {
+pub fn durasync(parent: BorrowedFd<'_>, files: Files, expect: Outcome) -> Sample {
     let start = Instant::now();
     let probe = Counting { start, fsyncs: AtomicUsize::new(0), commit: Mutex::new(None) };
     let opts = Options { probe: &probe, ..Options::default() };
@@ -116,7 +119,7 @@ pub fn durasync(parent: BorrowedFd<'_>, files: Vec<(String, Vec<u8>)>, expect: O
 }
 
 /// Initial contents for a durasync-managed target (untimed set-up).
-pub fn durasync_setup(parent: BorrowedFd<'_>, files: Vec<(String, Vec<u8>)>) {
+pub fn durasync_setup(parent: BorrowedFd<'_>, files: Files) {
     durable::sync_dir(parent, TARGET, &tree_of(files), &Options::default()).expect("set-up sync");
 }
 

@@ -7,6 +7,8 @@
 //! anything the link points to".
 
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use super::Options;
 use super::error::Result;
@@ -68,6 +70,23 @@ pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &st
 /// commit, a stale staging directory) and a crash merely leaves them for
 /// the next recovery.
 pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, path: &str) -> Result<u32> {
+    remove_tree_in(sys, parent, name, path, true)
+}
+
+/// Directories with at least this many entries are emptied from several
+/// threads (only at the top of a removal, so threads never multiply): with
+/// the `discard` mount option each unlink waits for a device discard, and
+/// unlinks from several threads overlap those waits (1000 files of 4 KiB on
+/// the virtio disk: ~120 ms sequential, ~40 ms from 16 threads).
+const PARALLEL_REMOVE_MIN: usize = 256;
+
+fn remove_tree_in(
+    sys: &Sys<'_>,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    path: &str,
+    parallel: bool,
+) -> Result<u32> {
     match kind_at(parent, name, path)? {
         (Kind::Missing, _) => Ok(0),
         (Kind::Dir, mode) => {
@@ -77,10 +96,16 @@ pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, pat
             if mode & 0o300 != 0o300 {
                 sys.chmod(&dir, path, mode | 0o700)?;
             }
-            let mut count = 0;
-            for child in list_names(dir.as_fd(), path)? {
-                count += remove_tree(sys, dir.as_fd(), &child, &join(path, &child))?;
-            }
+            let children = list_names(dir.as_fd(), path)?;
+            let count = if parallel && children.len() >= PARALLEL_REMOVE_MIN {
+                remove_children_parallel(sys, dir.as_fd(), path, &children)?
+            } else {
+                let mut count = 0;
+                for child in &children {
+                    count += remove_tree_in(sys, dir.as_fd(), child, &join(path, child), false)?;
+                }
+                count
+            };
             drop(dir);
             sys.rmdir(parent, name, path)?;
             Ok(count)
@@ -89,5 +114,42 @@ pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, pat
             sys.unlink(parent, name, path)?;
             Ok(1)
         }
+    }
+}
+
+/// Remove `children` of `dir` from [`super::DEFAULT_THREADS`] threads; stops
+/// at the first error and returns it. Order does not matter: the tree is
+/// already unreachable.
+fn remove_children_parallel(
+    sys: &Sys<'_>,
+    dir: BorrowedFd<'_>,
+    path: &str,
+    children: &[String],
+) -> Result<u32> {
+    let next = AtomicUsize::new(0);
+    let count = AtomicU32::new(0);
+    let failed = AtomicBool::new(false);
+    let first_error = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..super::DEFAULT_THREADS.min(children.len()) {
+            scope.spawn(|| {
+                while !failed.load(Ordering::Relaxed) {
+                    let Some(child) = children.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                    match remove_tree_in(sys, dir, child, &join(path, child), false) {
+                        Ok(n) => {
+                            count.fetch_add(n, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            failed.store(true, Ordering::Relaxed);
+                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(count.into_inner()),
     }
 }
