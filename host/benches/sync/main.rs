@@ -300,16 +300,12 @@ fn report_sync(results: &[NResult], out: &mut String, checks: &mut Vec<Check>) {
             );
         }
     }
+    let _ = writeln!(out, "\n### Ratios, per round, median [p10–p90]\n");
     let _ = writeln!(
         out,
-        "\n### Ratios, per round, median [p10–p90] ({} rounds)\n",
-        results.first().map_or(0, |r| r.rounds)
+        "| N | rounds | durasync/upstream | durasync/floor | durasync/upstream (commit) | durasync/floor (commit) | plugin/native | unchanged/changed |"
     );
-    let _ = writeln!(
-        out,
-        "| N | durasync/upstream | durasync/floor | durasync/upstream (commit) | durasync/floor (commit) | plugin/native | unchanged/changed |"
-    );
-    let _ = writeln!(out, "|---:|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---:|---:|---|---|---|---|---|---|");
     for r in results {
         let d = r.total(Variant::Durasync);
         let dc = r.commit(Variant::Durasync);
@@ -321,9 +317,10 @@ fn report_sync(results: &[NResult], out: &mut String, checks: &mut Vec<Check>) {
         let un = summarize(&ratios(&r.total(Variant::Unchanged), &d));
         let _ = writeln!(
             out,
-            "| {} {} | {} | {} | {} | {} | {} | {} |",
+            "| {} {} | {} | {} | {} | {} | {} | {} | {} |",
             r.n,
             r.regime,
+            r.rounds,
             fmt_summary(&up),
             fmt_summary(&fl),
             fmt_summary(&upc),
@@ -401,7 +398,7 @@ fn main() {
         let mut results: Vec<NResult> =
             args.ns.iter().map(|n| run_sync(*n, rounds_for(*n), warmup, tmp.path(), &plugin, None)).collect();
         // The largest N again, with the file system settled before each variant.
-        let settle_rounds = args.settle_rounds.unwrap_or(if args.quick { 0 } else { 8 });
+        let settle_rounds = args.settle_rounds.unwrap_or(if args.quick { 0 } else { 6 });
         if let (Some(&n), true) = (args.ns.iter().max(), settle_rounds > 0) {
             let pause = Settle(std::time::Duration::from_secs_f64(args.settle_secs));
             results.push(run_sync(n, settle_rounds, 1, tmp.path(), &plugin, Some(pause)));
