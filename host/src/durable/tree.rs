@@ -367,65 +367,71 @@ impl Plan {
 /// "unchanged", and `removed` is still exact); with `full` true every
 /// differing path is listed.
 pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: bool) -> Result<Plan> {
-    let mut plan = Plan { exists: true, ..Plan::default() };
-    let mut old: BTreeMap<String, (Kind, u32, u64)> = BTreeMap::new();
-    walk(dir, dir_path, &mut |seen| {
-        old.insert(seen.path.clone(), (seen.kind, seen.mode, seen.size));
-        Ok(())
-    })?;
     let shown = |p: &str, dir: bool| if dir { format!("{p}/") } else { p.to_owned() };
-    for (path, (kind, _, _)) in &old {
-        if new.get(path).is_none() {
-            plan.removed.push(shown(path, *kind == Kind::Dir));
-        }
-    }
-    let mut any_difference = !plan.removed.is_empty();
-    for (path, node) in new.iter() {
-        let Some(&(kind, mode, size)) = old.get(path) else {
-            plan.added.push(shown(path, matches!(node, Node::Dir { .. })));
-            any_difference = true;
-            continue;
+    let mut plan = Plan { exists: true, ..Plan::default() };
+    let mut present = std::collections::HashSet::with_capacity(new.nodes.len());
+    let mut differs = false;
+    // One walk: each file is compared where it is met, through the fd of
+    // the directory holding it, so nested files cost no extra opens.
+    walk(dir, dir_path, &mut |seen| {
+        let is_dir = seen.kind == Kind::Dir;
+        let Some((path, node)) = new.nodes.get_key_value(&seen.path) else {
+            plan.removed.push(shown(&seen.path, is_dir));
+            differs = true;
+            return Ok(());
         };
+        present.insert(path.as_str());
         let same = match node {
-            Node::Dir { mode: want, .. } => kind == Kind::Dir && mode == *want,
-            Node::File { contents, mode: want } => {
-                if kind != Kind::File || mode != *want || size != contents.len() as u64 {
+            Node::Dir { mode, .. } => is_dir && seen.mode == *mode,
+            Node::File { contents, mode } => {
+                if seen.kind != Kind::File || seen.mode != *mode || seen.size != contents.len() as u64 {
                     false
-                } else if any_difference && !full {
+                } else if differs && !full {
                     // Already known to differ: the bytes no longer matter.
                     true
                 } else {
-                    let shown_path = join(dir_path, path);
-                    let (parent_path, name) = path.rsplit_once('/').unwrap_or(("", path));
-                    let parent = if parent_path.is_empty() {
-                        None
-                    } else {
-                        Some(open_nested_dir(dir, parent_path, dir_path)?)
-                    };
-                    let parent_fd = parent.as_ref().map_or(dir, |fd| fd.as_fd());
-                    read_file_at(parent_fd, name, &shown_path)? == *contents
+                    file_holds(seen.parent, seen.name, &join(dir_path, &seen.path), contents)?
                 }
             }
         };
         if !same {
-            plan.changed.push(shown(path, matches!(node, Node::Dir { .. })));
-            any_difference = true;
+            plan.changed.push(shown(&seen.path, matches!(node, Node::Dir { .. })));
+            differs = true;
+        }
+        Ok(())
+    })?;
+    for (path, node) in new.iter() {
+        if !present.contains(path) {
+            plan.added.push(shown(path, matches!(node, Node::Dir { .. })));
         }
     }
+    plan.removed.sort();
+    plan.changed.sort();
     Ok(plan)
 }
 
-/// Open `a/b/c` beneath `dir` one component at a time with `O_NOFOLLOW`.
-pub(crate) fn open_nested_dir(dir: BorrowedFd<'_>, rel: &str, dir_path: &str) -> Result<OwnedFd> {
-    let mut parts = rel.split('/');
-    let first = parts.next().unwrap_or(rel);
-    let mut shown = join(dir_path, first);
-    let mut fd = open_dir(dir, first, &shown)?;
-    for part in parts {
-        shown = join(&shown, part);
-        fd = open_dir(fd.as_fd(), part, &shown)?;
+/// Whether the regular file `name` holds exactly `expected`: open, `fstat`
+/// (still a regular file of that size), one read of that size, close.
+fn file_holds(dir: BorrowedFd<'_>, name: &str, path: &str, expected: &[u8]) -> Result<bool> {
+    let fd: OwnedFd = open_file(dir, name, path)?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
+    if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File
+        || st.st_size as u64 != expected.len() as u64
+    {
+        return Ok(false);
     }
-    Ok(fd)
+    let mut buf = vec![0u8; expected.len()];
+    let mut filled = 0;
+    while filled < buf.len() {
+        match rustix::io::read(&fd, &mut buf[filled..]) {
+            // Shorter than fstat said: truncated meanwhile, so not equal.
+            Ok(0) => return Ok(false),
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::io(Step::Read, path, e)),
+        }
+    }
+    Ok(buf == expected)
 }
 
 #[cfg(test)]
