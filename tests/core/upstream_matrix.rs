@@ -336,6 +336,29 @@ fn sync_reports_committed_and_leaves_a_leftover_when_removing_the_old_tree_fails
     assert_eq!(snapshot(&s.join("target")), expected(&new, 0o750));
 }
 
+#[test]
+fn sync_reports_committed_when_an_unlink_fails_while_a_large_old_tree_is_removed_in_parallel() {
+    // 64 old files (nested, so the parallel removal starts below the top)
+    // are removed from several threads; one unlink in the middle fails.
+    let s = Scratch::new();
+    let mut old = Tree::new();
+    for i in 0..64 {
+        old.add_file(&format!("sub/f{i:04}"), vec![i as u8; 100], 0o644).unwrap();
+    }
+    write_tree(&s.join("target"), &old, 0o750);
+    let new = many_files("g", 3, 10, 7);
+    let probe = fail_at(Key { kind: "unlink", path: "<stage>/sub/f0031".into() });
+    let err = durable::sync_dir(s.fd(), "target", &new, &opts(&probe, 4)).unwrap_err();
+    assert_eq!(probe.hits(), 1);
+    assert!(matches!(err, Error::Committed { durable: true, step: Step::Remove, .. }), "{err:?}");
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o750), "the new content is live");
+    let left = leftovers(s.path());
+    assert_eq!(left.len(), 1, "the partly removed old tree is left: {left:?}");
+    assert_eq!(durable::recover(s.fd(), &opts(&NoProbe, 1)).unwrap(), left, "a later recover removes it");
+    assert!(leftovers(s.path()).is_empty());
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o750));
+}
+
 // ---------------------------------------------------------------- names
 
 #[test]

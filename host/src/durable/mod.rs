@@ -28,6 +28,7 @@
 
 pub mod error;
 pub mod names;
+mod parallel;
 pub mod primitives;
 pub mod probe;
 pub mod read;

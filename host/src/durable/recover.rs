@@ -7,12 +7,12 @@
 //! anything the link points to".
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Options;
 use super::error::Result;
 use super::names::is_leftover;
+use super::parallel;
 use super::sys::{Kind, Sys, join, kind_at, open_dir};
 use super::tree::list_names;
 
@@ -73,12 +73,13 @@ pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, pat
     remove_tree_in(sys, parent, name, path, true)
 }
 
-/// Directories with at least this many entries are emptied from several
-/// threads (only at the top of a removal, so threads never multiply): with
+/// The first directory of a removal with at least this many entries is
+/// emptied from several threads (once per removal, so threads never
+/// multiply; below it everything is sequential again): with
 /// the `discard` mount option each unlink waits for a device discard, and
 /// unlinks from several threads overlap those waits (1000 files of 4 KiB on
 /// the virtio disk: ~120 ms sequential, ~40 ms from 16 threads).
-const PARALLEL_REMOVE_MIN: usize = 256;
+const PARALLEL_REMOVE_MIN: usize = 16;
 
 fn remove_tree_in(
     sys: &Sys<'_>,
@@ -102,7 +103,7 @@ fn remove_tree_in(
             } else {
                 let mut count = 0;
                 for child in &children {
-                    count += remove_tree_in(sys, dir.as_fd(), child, &join(path, child), false)?;
+                    count += remove_tree_in(sys, dir.as_fd(), child, &join(path, child), parallel)?;
                 }
                 count
             };
@@ -117,39 +118,19 @@ fn remove_tree_in(
     }
 }
 
-/// Remove `children` of `dir` from [`super::DEFAULT_THREADS`] threads; stops
-/// at the first error and returns it. Order does not matter: the tree is
-/// already unreachable.
+/// Remove `children` of `dir` from [`super::DEFAULT_THREADS`] threads;
+/// stops at the first error and returns it. Order does not matter: the
+/// tree is already unreachable.
 fn remove_children_parallel(
     sys: &Sys<'_>,
     dir: BorrowedFd<'_>,
     path: &str,
     children: &[String],
 ) -> Result<u32> {
-    let next = AtomicUsize::new(0);
     let count = AtomicU32::new(0);
-    let failed = AtomicBool::new(false);
-    let first_error = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..super::DEFAULT_THREADS.min(children.len()) {
-            scope.spawn(|| {
-                while !failed.load(Ordering::Relaxed) {
-                    let Some(child) = children.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
-                    match remove_tree_in(sys, dir, child, &join(path, child), false) {
-                        Ok(n) => {
-                            count.fetch_add(n, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            failed.store(true, Ordering::Relaxed);
-                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                        }
-                    }
-                }
-            });
-        }
-    });
-    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(count.into_inner()),
-    }
+    parallel::try_for_each(children, super::DEFAULT_THREADS, |child| {
+        count.fetch_add(remove_tree_in(sys, dir, child, &join(path, child), false)?, Ordering::Relaxed);
+        Ok(())
+    })?;
+    Ok(count.into_inner())
 }

@@ -10,12 +10,11 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::Options;
 use super::error::{Error, Result, Step};
 use super::names::{Leftover, check_name, leftover_name};
+use super::parallel;
 use super::recover::{remove_leftovers, remove_tree};
 use super::report::{Outcome, Report};
 use super::sys::{Kind, Sys, fs_name, join, kind_at, open_dir};
@@ -191,32 +190,7 @@ struct FileJob<'a> {
 /// Write and fsync every file, `threads` at a time: parallel fsyncs let the
 /// block layer merge device flushes. Stops at the first error and returns it.
 fn write_files(sys: &Sys<'_>, jobs: &[FileJob<'_>], threads: usize) -> Result<()> {
-    let workers = threads.clamp(1, jobs.len().max(1));
-    if workers == 1 {
-        return jobs.iter().try_for_each(|job| write_one(sys, job));
-    }
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let first_error: Mutex<Option<Error>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                while !failed.load(Ordering::Relaxed) {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(job) = jobs.get(i) else { break };
-                    if let Err(e) = write_one(sys, job) {
-                        failed.store(true, Ordering::Relaxed);
-                        first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    parallel::try_for_each(jobs, threads, |job| write_one(sys, job))
 }
 
 fn write_one(sys: &Sys<'_>, job: &FileJob<'_>) -> Result<()> {
