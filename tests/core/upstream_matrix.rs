@@ -434,3 +434,33 @@ fn write_file_writes_an_empty_file() {
     durable::write_file(s.fd(), "was-full", b"", None, &opts(&NoProbe, 1)).unwrap();
     assert_eq!(std::fs::read(s.join("was-full")).unwrap(), b"");
 }
+
+// ---------------------------------------------------------------- unchanged detection at scale
+
+#[test]
+fn one_changed_byte_among_many_nested_files_is_detected_and_planned_exactly() {
+    // 200 files (compared from several threads), nested two levels deep.
+    let s = Scratch::new();
+    let mut old = Tree::new();
+    for i in 0..200 {
+        old.add_file(&format!("d{}/e/f{i:04}", i % 3), vec![i as u8; 512], 0o644).unwrap();
+    }
+    durable::sync_dir(s.fd(), "target", &old, &opts(&NoProbe, 4)).unwrap();
+    let again = durable::sync_dir(s.fd(), "target", &old, &opts(&NoProbe, 4)).unwrap();
+    assert_eq!(again.outcome, Outcome::Unchanged);
+
+    let mut new = Tree::new();
+    for i in 0..200 {
+        let mut bytes = vec![i as u8; 512];
+        if i == 137 {
+            bytes[300] ^= 1;
+        }
+        new.add_file(&format!("d{}/e/f{i:04}", i % 3), bytes, 0o644).unwrap();
+    }
+    let plan = durable::plan_sync(s.fd(), "target", &new, &opts(&NoProbe, 4)).unwrap();
+    assert_eq!(plan.changed, ["d2/e/f0137"]);
+    assert!(plan.added.is_empty() && plan.removed.is_empty(), "{plan:?}");
+    let report = durable::sync_dir(s.fd(), "target", &new, &opts(&NoProbe, 4)).unwrap();
+    assert_eq!(report.outcome, Outcome::Replaced);
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
+}

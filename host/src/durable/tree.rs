@@ -7,10 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use super::error::{Error, Result, Step};
 use super::names::{is_reserved, split_rel_path};
-use super::sys::{Kind, join, kind_at, kind_of, open_dir, open_file};
+use super::parallel;
+use super::sys::{Kind, join, kind_at, kind_error, kind_of, open_dir, open_file};
 
 /// The mode of directories a tree implies but does not list (`a` for `a/b`).
 pub const IMPLIED_DIR_MODE: u32 = 0o755;
@@ -370,9 +374,9 @@ pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: boo
     let shown = |p: &str, dir: bool| if dir { format!("{p}/") } else { p.to_owned() };
     let mut plan = Plan { exists: true, ..Plan::default() };
     let mut present = std::collections::HashSet::with_capacity(new.nodes.len());
+    // Files whose kind, mode and size match: only their bytes can differ.
+    let mut candidates: Vec<(&str, &[u8])> = Vec::new();
     let mut differs = false;
-    // One walk: each file is compared where it is met, through the fd of
-    // the directory holding it, so nested files cost no extra opens.
     walk(dir, dir_path, &mut |seen| {
         let is_dir = seen.kind == Kind::Dir;
         let Some((path, node)) = new.nodes.get_key_value(&seen.path) else {
@@ -384,14 +388,12 @@ pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: boo
         let same = match node {
             Node::Dir { mode, .. } => is_dir && seen.mode == *mode,
             Node::File { contents, mode } => {
-                if seen.kind != Kind::File || seen.mode != *mode || seen.size != contents.len() as u64 {
-                    false
-                } else if differs && !full {
-                    // Already known to differ: the bytes no longer matter.
-                    true
-                } else {
-                    file_holds(seen.parent, seen.name, &join(dir_path, &seen.path), contents)?
+                let same_meta =
+                    seen.kind == Kind::File && seen.mode == *mode && seen.size == contents.len() as u64;
+                if same_meta {
+                    candidates.push((path.as_str(), contents.as_slice()));
                 }
+                same_meta
             }
         };
         if !same {
@@ -405,15 +407,50 @@ pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: boo
             plan.added.push(shown(path, matches!(node, Node::Dir { .. })));
         }
     }
+    if full || !differs {
+        plan.changed.extend(changed_contents(dir, dir_path, &candidates, full)?);
+    }
     plan.removed.sort();
     plan.changed.sort();
     Ok(plan)
 }
 
-/// Whether the regular file `name` holds exactly `expected`: open, `fstat`
-/// (still a regular file of that size), one read of that size, close.
-fn file_holds(dir: BorrowedFd<'_>, name: &str, path: &str, expected: &[u8]) -> Result<bool> {
-    let fd: OwnedFd = open_file(dir, name, path)?;
+/// From this many files on, contents are compared from several threads.
+const PARALLEL_COMPARE_MIN: usize = 64;
+
+/// Threads comparing contents. Reading from the page cache is CPU work, so
+/// a few threads help on small machines and more would only contend.
+const COMPARE_THREADS: usize = 4;
+
+/// The candidates whose bytes differ from the file at their path beneath
+/// `dir`. With `full` false, stops at the first difference found.
+fn changed_contents(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    candidates: &[(&str, &[u8])],
+    full: bool,
+) -> Result<Vec<String>> {
+    let threads = if candidates.len() >= PARALLEL_COMPARE_MIN { COMPARE_THREADS } else { 1 };
+    let found = AtomicBool::new(false);
+    let changed = std::sync::Mutex::new(Vec::new());
+    parallel::try_for_each(candidates, threads, |(rel, expected)| {
+        if !full && found.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if !file_holds(dir, rel, &join(dir_path, rel), expected)? {
+            found.store(true, Ordering::Relaxed);
+            changed.lock().unwrap_or_else(|p| p.into_inner()).push((*rel).to_owned());
+        }
+        Ok(())
+    })?;
+    Ok(changed.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Whether the regular file at `rel` beneath `dir` holds exactly
+/// `expected`: open, `fstat` (still a regular file of that size), one read
+/// of that size, close.
+fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
+    let fd = open_file_beneath(dir, rel, path)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
     if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File
         || st.st_size as u64 != expected.len() as u64
@@ -432,6 +469,26 @@ fn file_holds(dir: BorrowedFd<'_>, name: &str, path: &str, expected: &[u8]) -> R
         }
     }
     Ok(buf == expected)
+}
+
+/// Open the file at the relative path `rel` beneath `dir` for reading in
+/// one call: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` refuses a link
+/// anywhere on the way, like the component-wise walk it falls back to on
+/// kernels without `openat2` (before 5.6).
+fn open_file_beneath(dir: BorrowedFd<'_>, rel: &str, path: &str) -> Result<OwnedFd> {
+    let Some((parent, name)) = rel.rsplit_once('/') else {
+        return open_file(dir, rel, path);
+    };
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(dir, rel, flags, Mode::empty(), resolve) {
+        Ok(fd) => Ok(fd),
+        Err(rustix::io::Errno::NOSYS) => {
+            let parent = super::resolve::open_beneath(dir, parent)?;
+            open_file(parent.as_fd(), name, path)
+        }
+        Err(e) => Err(kind_error(e, path, Step::Open)),
+    }
 }
 
 #[cfg(test)]
