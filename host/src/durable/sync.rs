@@ -100,12 +100,7 @@ pub fn plan_sync(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options
     tree.check_limits(&opts.limits)?;
     let (exists, _) = target_state(parent, name)?;
     if !exists {
-        let mut plan = Plan::default();
-        for (path, node) in tree.iter() {
-            let dir = matches!(node, Node::Dir { .. });
-            plan.added.push(if dir { format!("{path}/") } else { path.to_owned() });
-        }
-        return Ok(plan);
+        return Ok(Plan::creating(tree));
     }
     let target = open_dir(parent, name, name)?;
     compare(target.as_fd(), name, tree, true)

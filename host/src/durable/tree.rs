@@ -360,8 +360,21 @@ impl Plan {
         self.exists && self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty()
     }
 
+    /// The plan for a target that does not exist yet: every path is added.
+    pub fn creating(tree: &Tree) -> Plan {
+        let added = tree
+            .iter()
+            .map(
+                |(path, node)| {
+                    if matches!(node, Node::Dir { .. }) { format!("{path}/") } else { path.to_owned() }
+                },
+            )
+            .collect();
+        Plan { added, ..Plan::default() }
+    }
+
     /// How many regular files of the old tree the new one no longer holds.
-    pub(crate) fn removed_files(&self) -> u32 {
+    pub fn removed_files(&self) -> u32 {
         self.removed.iter().filter(|p| !p.ends_with('/')).count() as u32
     }
 }
@@ -449,7 +462,7 @@ fn changed_contents(
 /// Whether the regular file at `rel` beneath `dir` holds exactly
 /// `expected`: open, `fstat` (still a regular file of that size), one read
 /// of that size, close.
-fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
+pub(crate) fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
     let fd = open_file_beneath(dir, rel, path)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
     if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File

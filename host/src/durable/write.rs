@@ -12,7 +12,7 @@ use super::recover::remove_leftovers;
 use super::report::{Outcome, Report};
 use super::sync::committed;
 use super::sys::{Kind, Sys, kind_at};
-use super::tree::{MODE_MASK, read_file_at};
+use super::tree::{MODE_MASK, file_holds};
 
 /// The mode of a file created without an explicit mode.
 pub const DEFAULT_FILE_MODE: u32 = 0o644;
@@ -49,11 +49,10 @@ pub fn write_file(
     let _lock = sys.lock(dir, ".")?;
     remove_leftovers(&sys, dir, ".")?;
 
-    let (exists, mode) = match file_state(dir, name)? {
-        Some(old) => (true, mode.unwrap_or(old)),
-        None => (false, mode.unwrap_or(DEFAULT_FILE_MODE)),
-    };
-    if exists && kind_at(dir, name, name)?.1 == mode && read_file_at(dir, name, name)? == contents {
+    let old_mode = file_state(dir, name)?;
+    let exists = old_mode.is_some();
+    let mode = mode.or(old_mode).unwrap_or(DEFAULT_FILE_MODE);
+    if old_mode == Some(mode) && file_holds(dir, name, name, contents)? {
         return Ok(Report::unchanged());
     }
 

@@ -350,7 +350,7 @@ fn sync(
         let plan = match parent_if_exists(dir.fd.as_fd(), parent)? {
             Some(pfd) => durable::plan_sync(pfd.as_fd(), name, &tree, &opts()).map_err(wit)?,
             // Parents missing: everything would be created.
-            None => all_added(&tree),
+            None => Plan::creating(&tree),
         };
         let report = if plan.is_unchanged() {
             Report { outcome: Outcome::Unchanged, written: 0, removed: 0 }
@@ -358,7 +358,7 @@ fn sync(
             Report {
                 outcome: if plan.exists { Outcome::Replaced } else { Outcome::Created },
                 written: tree.file_count() as u32,
-                removed: plan.removed.iter().filter(|p| !p.ends_with('/')).count() as u32,
+                removed: plan.removed_files(),
             }
         };
         (report, Some(Changes::from(plan)))
@@ -371,16 +371,6 @@ fn sync(
         state.charge(tree.file_count() as u64, tree.total_bytes());
     }
     Ok((Done::of(&report, plan), wit_report(&report)))
-}
-
-/// The plan of a sync into a target whose parent does not exist yet.
-fn all_added(tree: &Tree) -> Plan {
-    let mut plan = Plan::default();
-    for (path, node) in tree.iter() {
-        let dir = matches!(node, durable::Node::Dir { .. });
-        plan.added.push(if dir { format!("{path}/") } else { path.to_owned() });
-    }
-    plan
 }
 
 fn write_file(
