@@ -313,6 +313,8 @@ fn error(e: durable::Error) -> Error {
         E::Limit { .. } => Error::Limit(message),
         E::Unsupported { .. } => Error::Unsupported(message),
         E::Committed { .. } => Error::Committed(message),
-        E::NotAFile { .. } | E::UnsupportedEntry { .. } | E::Io { .. } => Error::Io(message),
+        E::NotAFile { .. } | E::UnsupportedEntry { .. } | E::Io { .. } | E::Cancelled { .. } => {
+            Error::Io(message)
+        }
     }
 }

@@ -75,7 +75,6 @@ fn tree_paths_breaking_the_rules_are_refused_naming_the_path() {
         ("a/./b".into(), "`.` and `..`"),
         (format!("sub/{}", long_name()), "at most 255 bytes"),
         ("sub/.durasync-stage-0123456789abcdef".into(), "reserved"),
-        ("d/".repeat(65) + "f", "at most 64 levels deep"),
     ]);
     for (path, words) in table {
         let mut t = pair();
@@ -121,7 +120,12 @@ fn requests_over_the_limits_are_refused_naming_the_limit() {
     let s = Scratch::new();
     write_tree(&s.join("target"), &pair(), 0o755);
     let before = state(&s);
-    let small = Options { probe: &NoProbe, limits: Limits { max_files: 2, max_bytes: 100 }, threads: 1 };
+    let small = Options {
+        probe: &NoProbe,
+        limits: Limits { max_files: 2, max_bytes: 100 },
+        threads: 1,
+        ..Options::default()
+    };
     let err = durable::sync_dir(s.fd(), "target", &many_files("f", 3, 1, 0), &small).unwrap_err();
     assert_eq!(err.to_string(), "limit exceeded: files in one sync: 3 is over the limit of 2");
     let err = durable::sync_dir(s.fd(), "target", &many_files("f", 1, 101, 0), &small).unwrap_err();

@@ -28,6 +28,21 @@ impl Scratch {
         Scratch { dir, fd }
     }
 
+    /// A scratch dir on tmpfs (`/dev/shm`) when there is one: for tests
+    /// that create and delete thousands of directories, which on a disk
+    /// mounted with `discard` costs a device discard per directory.
+    pub fn on_tmpfs() -> Self {
+        let shm = Path::new("/dev/shm");
+        let builder = tempfile::Builder::new().prefix("durasync-core-").tempdir_in(shm);
+        match builder {
+            Ok(dir) => {
+                let fd = open_dir(dir.path());
+                Scratch { dir, fd }
+            }
+            Err(_) => Scratch::new(),
+        }
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -53,7 +68,7 @@ pub fn open_dir(path: &Path) -> OwnedFd {
 
 /// Options for a test: the given probe, default limits, `threads` workers.
 pub fn opts(probe: &dyn Probe, threads: usize) -> Options<'_> {
-    Options { probe, limits: Limits::default(), threads }
+    Options { probe, limits: Limits::default(), threads, ..Options::default() }
 }
 
 /// One entry of a [`Snapshot`].

@@ -2,7 +2,6 @@
 //! planted files and symlinks: removed by the next operation and by
 //! `recover`, never swapped in, never followed.
 
-use std::os::fd::AsFd;
 use std::path::Path;
 
 use durasync::durable::{self, NoProbe, Tree};
@@ -149,19 +148,36 @@ fn recover_through_the_cli_lists_what_it_removed() {
 }
 
 #[test]
-fn a_leftover_staging_inside_the_target_is_not_part_of_its_contents() {
-    // A leftover nested in a target (a crash of a sync of a sub-target) is
-    // not a file of the target: it does not make an unchanged tree look
-    // changed, and it is never copied.
+fn a_reserved_entry_inside_the_target_makes_it_differ_and_is_not_kept() {
+    // The comparison sees everything in the target: an entry with a
+    // reserved name (a leftover of a sub-target's sync, or anything named
+    // `.durasync-…`) is not part of the requested tree, so the target is
+    // replaced by exactly that tree.
+    for planted in [STAGE, ".durasync-extra", durasync::durable::names::LOCK_NAME] {
+        let s = Scratch::new();
+        write_tree(&s.join("target"), &new_tree(), 0o755);
+        std::fs::create_dir(s.join("target").join(planted)).unwrap();
+        let r = durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&NoProbe, 1)).unwrap();
+        assert_eq!(r.outcome, durable::Outcome::Replaced, "{planted}");
+        assert_eq!(snapshot(&s.join("target")), expected(&new_tree(), 0o755), "{planted}");
+        let again = durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&NoProbe, 1)).unwrap();
+        assert_eq!(again.outcome, durable::Outcome::Unchanged, "{planted}");
+    }
+}
+
+#[test]
+fn recover_never_changes_a_target_whatever_its_entries_are_called() {
+    // A target holds no lock file, so nothing in it is durasync's own:
+    // recovery walks through it and changes nothing, not even a lock file.
     let s = Scratch::new();
-    write_tree(&s.join("target"), &new_tree(), 0o755);
-    std::fs::create_dir(s.join("target").join(STAGE)).unwrap();
-    let r = durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&NoProbe, 1)).unwrap();
-    assert_eq!(r.outcome, durable::Outcome::Unchanged);
-    let parent = durable::open_beneath(s.fd(), "target").unwrap();
-    assert_eq!(durable::recover(parent.as_fd(), &opts(&NoProbe, 1)).unwrap(), [STAGE.to_owned()]);
-    // Recovery locked the directory it cleaned; the lock file is durasync's own.
-    let mut after = snapshot(&s.join("target"));
-    after.as_mut().unwrap().remove(durasync::durable::names::LOCK_NAME);
-    assert_eq!(after, expected(&new_tree(), 0o755));
+    durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&NoProbe, 1)).unwrap();
+    std::fs::write(s.join("target").join(TMP), b"the user's file").unwrap();
+    std::fs::create_dir(s.join("target/sub")).unwrap();
+    std::fs::write(s.join("target/sub").join(STAGE), b"also the user's").unwrap();
+    let before = snapshot(&s.join("target"));
+    assert!(durable::recover(s.fd(), &opts(&NoProbe, 1)).unwrap().is_empty());
+    assert_eq!(snapshot(&s.join("target")), before, "the target is untouched, no lock file added");
+    let out = ok_stdout(&durasync(&["recover", "."], s.path()));
+    assert_eq!(out, "nothing to recover in .\n");
+    assert_eq!(snapshot(&s.join("target")), before);
 }

@@ -10,6 +10,7 @@ mod common;
 mod bad_input;
 mod cli;
 mod concurrency;
+mod deep;
 mod faults;
 mod fsync_count;
 mod leftovers;

@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
-use durasync::durable::names::{Leftover, leftover_name};
+use durasync::durable::names::{LOCK_NAME, Leftover, leftover_name};
 use durasync::durable::{self, Options};
 
 use crate::explorer::{Expect, Explorer, Opts, Outcome, Scenario, print_stats, remove};
@@ -280,7 +280,8 @@ pub fn remove_file(ex: &mut Explorer) -> Scenario {
 
 /// `recover` of leftovers planted by hand: staging with nested files and
 /// links pointing out of it (one at the target), a temp file, a trash tree,
-/// a leftover in a subdirectory, and a look-alike that is not a leftover.
+/// a leftover in a subdirectory durasync works in (it holds a lock file),
+/// and a look-alike that is not a leftover.
 pub fn planted(ex: &mut Explorer) -> Scenario {
     let stage = leftover_name(Leftover::Stage);
     let tmp = leftover_name(Leftover::Tmp);
@@ -299,6 +300,8 @@ pub fn planted(ex: &mut Explorer) -> Scenario {
             (&tmp, file("partial", 0o600)),
             ("other/k", file("k", 0o644)),
             (&format!("other/{nested_tmp}"), file("tmp", 0o600)),
+            // durasync locks a directory before it makes a leftover there.
+            (&format!("other/{LOCK_NAME}"), file("", 0o600)),
             (".durasync-stage-notaleftover/z", file("z", 0o644)),
         ],
     );

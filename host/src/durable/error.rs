@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::io;
+use std::os::fd::BorrowedFd;
 
 /// A step of a durable operation, named in I/O errors so a person knows what
 /// failed (`fsync file secrets/tls/tls.key: Input/output error`).
@@ -144,6 +145,13 @@ pub enum Error {
         /// The error the kernel returned.
         source: io::Error,
     },
+    /// The operation was cancelled ([`super::Cancel`]) before its commit
+    /// point; what it had staged was removed. Nothing was changed.
+    #[error("{path}: cancelled before the change was made; nothing was changed")]
+    Cancelled {
+        /// The target.
+        path: String,
+    },
     /// An I/O error before the commit point. The target is unchanged.
     #[error("{step} {path}: {source}")]
     Io {
@@ -211,6 +219,52 @@ impl Error {
                 | Error::Limit { .. }
         )
     }
+}
+
+/// Whether a failed `renameat2` means the file system does not support its
+/// flags (`EINVAL` from FUSE and some NFS, `ENOSYS`/`EOPNOTSUPP` elsewhere).
+pub(crate) fn flags_unsupported(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if errno_unsupported(source))
+}
+
+fn errno_unsupported(source: &io::Error) -> bool {
+    let unsupported = [rustix::io::Errno::INVAL, rustix::io::Errno::NOSYS, rustix::io::Errno::OPNOTSUPP];
+    source.raw_os_error().is_some_and(|code| unsupported.iter().any(|e| e.raw_os_error() == code))
+}
+
+/// Map a failed swap to [`Error::Unsupported`] when the file system cannot
+/// exchange or rename atomically; other errors pass through.
+pub(crate) fn unsupported_or(e: Error, dir: BorrowedFd<'_>, exchange: bool) -> Error {
+    let Error::Io { path, source, .. } = e else { return e };
+    let op = match source.raw_os_error() {
+        Some(code) if code == rustix::io::Errno::XDEV.raw_os_error() => "cross-device rename",
+        Some(_) if errno_unsupported(&source) => {
+            if exchange {
+                "RENAME_EXCHANGE"
+            } else {
+                "RENAME_NOREPLACE"
+            }
+        }
+        _ => {
+            let step = if exchange { Step::Exchange } else { Step::Rename };
+            return Error::Io { step, path, source };
+        }
+    };
+    Error::Unsupported { path, fs: super::sys::fs_name(dir), op, source }
+}
+
+/// Turn a failure after the swap into [`Error::Committed`].
+pub(crate) fn committed<T>(r: Result<T>, durable: bool) -> Result<T> {
+    r.map_err(|e| match e {
+        Error::Io { step, path, source } => Error::Committed { durable, step, path, source },
+        Error::Committed { .. } => e,
+        other => Error::Committed {
+            durable,
+            step: Step::Remove,
+            path: String::new(),
+            source: std::io::Error::other(other.to_string()),
+        },
+    })
 }
 
 /// The core's result type.

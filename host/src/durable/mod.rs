@@ -6,8 +6,10 @@
 //! [`sync`] (directory sync), [`write`] (single file), [`remove`],
 //! [`recover`], [`primitives`] (raw exchange and fsync), [`read`];
 //! and the pieces they share: [`names`] (path rules), [`tree`] (what a sync
-//! writes), [`resolve`] (paths beneath a handle), [`probe`] (observation
-//! and fault injection), [`error`] and [`report`].
+//! writes), [`walk`] (reading trees on disk), [`diff`] (comparing a tree
+//! with a directory), [`resolve`] (paths beneath a handle), `lock`
+//! (serialising processes), [`probe`] (observation and fault injection),
+//! [`error`] and [`report`].
 //!
 //! # Guarantee
 //!
@@ -26,7 +28,11 @@
 //!   ([`names::LOCK_NAME`]) in the directory that holds the target; other
 //!   programs writing there are not serialised.
 
+mod cancel;
+pub mod diff;
 pub mod error;
+mod lock;
+mod marker;
 pub mod names;
 mod parallel;
 pub mod primitives;
@@ -39,9 +45,12 @@ pub mod resolve;
 pub mod sync;
 mod sys;
 pub mod tree;
+pub mod walk;
 pub mod write;
 
+pub use cancel::Cancel;
 pub use error::{Error, Result, Step};
+pub use names::MAX_DEPTH;
 pub use primitives::{exchange, fsync};
 pub use probe::{NoProbe, Op, Probe};
 pub use read::{DirEntry, EntryKind, list_dir, read_file};
@@ -68,16 +77,27 @@ pub struct Options<'a> {
     pub limits: Limits,
     /// Files written and fsynced at once by a sync.
     pub threads: usize,
+    /// When to give up before the commit point ([`Cancel::NEVER`] by default).
+    pub cancel: Cancel<'a>,
 }
 
 impl Default for Options<'static> {
     fn default() -> Self {
-        Options { probe: &NoProbe, limits: Limits::default(), threads: DEFAULT_THREADS }
+        Options {
+            probe: &NoProbe,
+            limits: Limits::default(),
+            threads: DEFAULT_THREADS,
+            cancel: Cancel::NEVER,
+        }
     }
 }
 
 impl std::fmt::Debug for Options<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Options").field("limits", &self.limits).field("threads", &self.threads).finish()
+        f.debug_struct("Options")
+            .field("limits", &self.limits)
+            .field("threads", &self.threads)
+            .field("cancel", &self.cancel)
+            .finish()
     }
 }

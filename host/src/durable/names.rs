@@ -15,9 +15,25 @@ pub const NAME_MAX: usize = 255;
 /// The longest relative path accepted (`PATH_MAX` less the terminating NUL).
 pub const PATH_MAX: usize = 4095;
 
-/// The deepest nesting accepted in a synced tree. Deeper trees are almost
-/// certainly a mistake, and each level costs one directory fsync.
-pub const DEPTH_MAX: usize = 64;
+/// The deepest path, in directory levels below its anchor, that durasync
+/// creates or accepts: a synced tree's paths, a target's path below a
+/// granted root (the plugin runtime adds each handle's own depth below its
+/// root, so chaining handles cannot go deeper), a CLI source's nesting.
+///
+/// Why 64: the trees durasync exists for (certificates, secrets, static pod
+/// manifests and their revisions) are under ten levels deep, so 64 never
+/// refuses a real request. It keeps every accepted path within `PATH_MAX`
+/// with names averaging 63 bytes, so one `openat2` call can resolve it; it
+/// bounds the directory fds a sync holds while it builds its staging tree
+/// (one per level on the way down, far below the usual `RLIMIT_NOFILE` of
+/// 1024) and the directory fsyncs one nested file costs. Trees the host did
+/// not create can be deeper (anything can be `mkdir`ed beside it): every
+/// walk, removal and recovery is iterative with bounded fds, so they cope
+/// with any depth; only creating one is refused.
+pub const MAX_DEPTH: usize = 64;
+
+/// The former name of [`MAX_DEPTH`].
+pub const DEPTH_MAX: usize = MAX_DEPTH;
 
 /// The lock file durasync keeps in every directory it changes. It is never
 /// removed: removing a lock file that another process is about to open is
@@ -131,8 +147,12 @@ pub fn split_rel_path(path: &str) -> Result<Vec<&str>, Error> {
         return Err(Error::invalid_path(path, "a path must be at most 4095 bytes"));
     }
     let parts: Vec<&str> = path.split('/').collect();
-    if parts.len() > DEPTH_MAX {
-        return Err(Error::invalid_path(path, "a path must be at most 64 levels deep"));
+    if parts.len() > MAX_DEPTH {
+        return Err(Error::Limit {
+            what: "directory levels in a path",
+            limit: MAX_DEPTH as u64,
+            actual: parts.len() as u64,
+        });
     }
     for part in &parts {
         check_name(part).map_err(|e| match e {

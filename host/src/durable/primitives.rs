@@ -5,9 +5,8 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::Options;
-use super::error::{Error, Result, Step};
+use super::error::{Error, Result, Step, unsupported_or};
 use super::names::check_name;
-use super::sync::unsupported_or;
 use super::sys::{Kind, Sys, join, kind_at, open_file};
 
 /// Atomically exchange entry `a` of `dir_a` with entry `b` of `dir_b`

@@ -8,7 +8,7 @@ use super::error::{Error, Result};
 use super::names::is_reserved;
 use super::resolve::{open_beneath, split_last};
 use super::sys::{Kind, kind_at};
-use super::tree::{list_names, read_file_at};
+use super::walk::{list_names, read_file_at};
 
 /// What a directory entry is; links are reported, never followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

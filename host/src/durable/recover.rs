@@ -6,49 +6,118 @@
 //! unlinked, never traversed, so recovery cannot be turned into "delete
 //! anything the link points to".
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Options;
-use super::error::Result;
-use super::names::is_leftover;
+use super::error::{Error, Result, Step};
+use super::lock::lock;
+use super::marker::any_marked;
+use super::names::{LOCK_NAME, is_leftover};
 use super::parallel;
-use super::sys::{Kind, Sys, join, kind_at, open_dir};
-use super::tree::list_names;
+use super::sys::{Kind, Sys, join, kind_at};
+use super::walk::{DirStack, list_names};
 
 /// Remove every durasync leftover in `dir` and, recursively, in its
 /// subdirectories (never descending through links). Returns the removed
-/// leftovers' paths relative to `dir`, sorted.
+/// leftovers' paths relative to `dir`, in walk order.
+///
+/// Leftovers are removed only where durasync can have made them, never in
+/// a target: every operation locks the directory it works in (creating a
+/// lock file, [`LOCK_NAME`]) before it makes a leftover there, so a
+/// directory beside a lock file may be a target, and so may everything
+/// below it. Such a directory is walked but never changed, whatever its
+/// entries are called, unless it holds a lock file itself; leftovers are
+/// removed in `dir` itself, in every directory holding a lock file, and in
+/// directories no lock file is above (a crash may persist a leftover
+/// without its directory's new lock file).
 ///
 /// Each directory that holds leftovers is locked while they are removed, so
 /// an operation in progress in another process is never disturbed: under the
-/// lock, any leftover is stale. Directories without leftovers are not touched
-/// (no lock file is created in them).
+/// lock, any leftover is stale.
+///
+/// The walk is iterative (no recursion, open fds bounded by
+/// `walk::FD_WINDOW`), so any depth and width is handled.
 pub fn recover(dir: BorrowedFd<'_>, opts: &Options<'_>) -> Result<Vec<String>> {
     let sys = Sys::new(opts.probe);
     let mut removed = Vec::new();
-    recover_in(&sys, dir, ".", &mut removed)?;
+    let mut stack = DirStack::new(dir, ".");
+    // The subdirectories still to visit in each directory of the path, last
+    // first, and whether they are at or below a possible target.
+    let mut pending = vec![recover_one(&sys, &stack, Place::Top, &mut removed)?];
+    while let Some((subdirs, below_lock)) = pending.last_mut() {
+        let below_lock = *below_lock;
+        match subdirs.pop() {
+            Some(name) => {
+                stack.push(&name)?;
+                pending.push(recover_one(&sys, &stack, Place::Below { below_lock }, &mut removed)?);
+            }
+            None => {
+                pending.pop();
+                if !pending.is_empty() {
+                    stack.pop()?;
+                }
+            }
+        }
+    }
     Ok(removed)
 }
 
-fn recover_in(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str, removed: &mut Vec<String>) -> Result<()> {
-    let mut names = list_names(dir, dir_path)?;
-    names.sort();
-    if names.iter().any(|n| is_leftover(n)) {
-        let _lock = sys.lock(dir, dir_path)?;
-        removed.extend(remove_leftovers(sys, dir, dir_path)?);
+/// Where a directory of a recovery is.
+#[derive(Clone, Copy)]
+enum Place {
+    /// The directory recovery was asked for.
+    Top,
+    /// Below it; `below_lock`: a lock file is in its parent or it is below
+    /// such a directory (it may be a target or inside one).
+    Below { below_lock: bool },
+}
+
+/// Remove the leftovers of the stack's current directory when durasync
+/// may have made them there (see [`recover`]), and return its other
+/// subdirectories, sorted last first, and whether they are below a lock.
+fn recover_one(
+    sys: &Sys<'_>,
+    stack: &DirStack<'_>,
+    place: Place,
+    removed: &mut Vec<String>,
+) -> Result<(Vec<String>, bool)> {
+    let dir = stack.top();
+    let path = stack.path();
+    let names = list_names(dir, path)?;
+    let has_lock = names.iter().any(|n| n == LOCK_NAME);
+    let possibly_target = matches!(place, Place::Below { below_lock: true }) && !has_lock;
+    if !possibly_target && names.iter().any(|n| is_leftover(n)) {
+        let _lock = lock(sys, dir, path)?;
+        removed.extend(remove_leftovers(sys, dir, path)?);
     }
-    for name in names.iter().filter(|n| !is_leftover(n)) {
-        let path = join(dir_path, name);
-        if kind_at(dir, name, &path)?.0 == Kind::Dir {
-            let sub = open_dir(dir, name, &path)?;
-            recover_in(sys, sub.as_fd(), &path, removed)?;
+    let mut subdirs = Vec::new();
+    for name in names {
+        if is_leftover(&name) || name == LOCK_NAME {
+            continue;
+        }
+        if kind_at(dir, &name, &stack.child_path(&name))?.0 == Kind::Dir {
+            subdirs.push(name);
         }
     }
-    Ok(())
+    subdirs.sort_unstable_by(|a, b| b.cmp(a));
+    Ok((subdirs, has_lock || possibly_target))
 }
 
 /// Remove the leftovers directly in `dir`. The caller holds `dir`'s lock.
+/// Before an operation: remove the leftovers in `dir` (the caller holds
+/// its lock), unless a target there is marked unsynced. Then a leftover may
+/// be the tree that is still the target on disk (the failed commit's swap
+/// may never reach it), so they are removed only after this operation's own
+/// commit fsync; returns whether that is needed.
+pub(crate) fn remove_leftovers_or_defer(sys: &Sys<'_>, dir: BorrowedFd<'_>) -> Result<bool> {
+    if any_marked(dir)? {
+        return Ok(true);
+    }
+    remove_leftovers(sys, dir, ".")?;
+    Ok(false)
+}
+
 pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<String>> {
     let mut names: Vec<String> = list_names(dir, dir_path)?.into_iter().filter(|n| is_leftover(n)).collect();
     names.sort();
@@ -81,6 +150,11 @@ pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, pat
 /// the virtio disk: ~120 ms sequential, ~40 ms from 16 threads).
 const PARALLEL_REMOVE_MIN: usize = 16;
 
+/// How many names a removal reads from a directory before acting on them.
+/// The directory is read again from its start for the next batch (what was
+/// removed is gone from it), so no listing is kept across levels.
+const REMOVE_BATCH: usize = 256;
+
 fn remove_tree_in(
     sys: &Sys<'_>,
     parent: BorrowedFd<'_>,
@@ -88,34 +162,95 @@ fn remove_tree_in(
     path: &str,
     parallel: bool,
 ) -> Result<u32> {
-    match kind_at(parent, name, path)? {
-        (Kind::Missing, _) => Ok(0),
-        (Kind::Dir, mode) => {
-            let dir = open_dir(parent, name, path)?;
-            // A tree may hold directories that deny their owner write access
-            // (`0o555`); only root could empty them as they are.
-            if mode & 0o300 != 0o300 {
-                sys.chmod(&dir, path, mode | 0o700)?;
-            }
-            let children = list_names(dir.as_fd(), path)?;
-            let count = if parallel && children.len() >= PARALLEL_REMOVE_MIN {
-                remove_children_parallel(sys, dir.as_fd(), path, &children)?
-            } else {
-                let mut count = 0;
-                for child in &children {
-                    count += remove_tree_in(sys, dir.as_fd(), child, &join(path, child), parallel)?;
-                }
-                count
-            };
-            drop(dir);
-            sys.rmdir(parent, name, path)?;
-            Ok(count)
-        }
+    let mode = match kind_at(parent, name, path)? {
+        (Kind::Missing, _) => return Ok(0),
+        (Kind::Dir, mode) => mode,
         (_, _) => {
             sys.unlink(parent, name, path)?;
-            Ok(1)
+            return Ok(1);
+        }
+    };
+    let parent_path = match path.strip_suffix(name) {
+        Some(p) if !p.is_empty() => p.trim_end_matches('/'),
+        _ => ".",
+    };
+    let mut stack = DirStack::new(parent, parent_path);
+    enter(sys, &mut stack, name, mode)?;
+    let mut count = 0;
+    // At most one directory of a removal is emptied from several threads.
+    let mut may_split = parallel;
+    loop {
+        let batch = read_batch(stack.top(), stack.path(), REMOVE_BATCH)?;
+        if may_split && batch.len() >= PARALLEL_REMOVE_MIN {
+            may_split = false;
+            let children = list_names(stack.top(), stack.path())?;
+            count += remove_children_parallel(sys, stack.top(), stack.path(), &children)?;
+            continue;
+        }
+        if batch.is_empty() {
+            // Empty now: remove it from the level above, then go on there.
+            let path = stack.path().to_owned();
+            let dir_name = stack.pop()?;
+            sys.rmdir(stack.top(), &dir_name, &path)?;
+            if stack.depth() == 0 {
+                return Ok(count);
+            }
+            continue;
+        }
+        for child in &batch {
+            let child_path = stack.child_path(child);
+            match kind_at(stack.top(), child, &child_path)? {
+                (Kind::Missing, _) => {}
+                (Kind::Dir, mode) => {
+                    // Down first; the rest of this batch is read again later.
+                    enter(sys, &mut stack, child, mode)?;
+                    break;
+                }
+                (_, _) => {
+                    sys.unlink(stack.top(), child, &child_path)?;
+                    count += 1;
+                }
+            }
         }
     }
+}
+
+/// Enter the directory `name` (mode `mode`) of a removal, giving its owner
+/// the access needed to empty it.
+fn enter(sys: &Sys<'_>, stack: &mut DirStack<'_>, name: &str, mode: u32) -> Result<()> {
+    stack.push(name)?;
+    // A tree may hold directories that deny their owner write access
+    // (`0o555`); only root could empty them as they are.
+    if mode & 0o300 != 0o300 {
+        sys.chmod(stack.top(), stack.path(), mode | 0o700)?;
+    }
+    Ok(())
+}
+
+/// Up to `max` names of `dir`, without `.` and `..`, in directory order.
+fn read_batch(dir: BorrowedFd<'_>, dir_path: &str, max: usize) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let reader = rustix::fs::Dir::read_from(dir).map_err(|e| Error::io(Step::Read, dir_path, e))?;
+    for entry in reader {
+        let entry = entry.map_err(|e| Error::io(Step::Read, dir_path, e))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        match std::str::from_utf8(name) {
+            Ok(s) => out.push(s.to_owned()),
+            Err(_) => {
+                return Err(Error::InvalidPath {
+                    path: join(dir_path, &String::from_utf8_lossy(name)),
+                    reason: "names must be valid UTF-8",
+                });
+            }
+        }
+        if out.len() == max {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// Remove `children` of `dir` from [`super::DEFAULT_THREADS`] threads;

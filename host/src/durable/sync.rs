@@ -2,23 +2,28 @@
 //! durably, with N + D + 2 fsyncs for N files and D subdirectories.
 //!
 //! The sequence, top to bottom (each step's reason is written beside it):
-//! validate → lock the parent → remove stale leftovers → compare (unchanged:
-//! stop, nothing written) → build a sibling staging tree (files written and
-//! fsynced in parallel, directories fsynced deepest first) → exchange it with
-//! the target (`RENAME_EXCHANGE`, or `RENAME_NOREPLACE` for a new target) →
-//! fsync the parent, the **commit point** → remove the old tree.
+//! validate → lock the parent → remove stale leftovers → compare (unchanged
+//! and not marked unsynced: stop, nothing written) → build a sibling staging
+//! tree (files written and fsynced in parallel, directories fsynced deepest
+//! first) → mark the target unsynced → exchange it with the target
+//! (`RENAME_EXCHANGE`, or `RENAME_NOREPLACE` for a new target) → fsync the
+//! parent, the **commit point** → unmark → remove the old tree.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::Options;
-use super::error::{Error, Result, Step};
+use super::diff::{Plan, compare};
+use super::error::{Error, Result, Step, committed, unsupported_or};
+use super::lock::lock;
+use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
 use super::parallel;
-use super::recover::{remove_leftovers, remove_tree};
+use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
-use super::sys::{Kind, Sys, fs_name, join, kind_at, open_dir};
-use super::tree::{IMPLIED_DIR_MODE, Node, Plan, Tree, compare};
+use super::resolve::open_beneath;
+use super::sys::{Kind, Sys, join, kind_at, open_dir};
+use super::tree::{IMPLIED_DIR_MODE, Node, Tree};
 
 /// Make the directory `name` in `parent` hold exactly `tree`.
 ///
@@ -41,30 +46,47 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     target_state(parent, name)?;
 
     // 2. Serialise with every other durasync process working in this parent.
-    let _lock = sys.lock(parent, ".")?;
-    // Under the lock any leftover is stale: a crash's staging is never swapped in.
-    remove_leftovers(&sys, parent, ".")?;
+    let _lock = lock(&sys, parent, ".")?;
+    // Under the lock any leftover is stale: a crash's staging is never
+    // swapped in. (After a failed commit, only once this one committed.)
+    let deferred = remove_leftovers_or_defer(&sys, parent)?;
 
     let (exists, target_mode) = target_state(parent, name)?;
-    // 3. Unchanged: no write, no fsync.
+    // 3. Unchanged: no write, no fsync — unless the last change of this
+    // target may not be durable (its commit fsync failed): what the page
+    // cache shows then proves nothing, so it is rebuilt from fresh inodes.
     let plan = if exists {
         let target = open_dir(parent, name, name)?;
         compare(target.as_fd(), name, tree, false)?
     } else {
         Plan::default()
     };
-    if plan.is_unchanged() {
+    if plan.is_unchanged() && !is_marked(parent, name)? {
         return Ok(Report::unchanged());
     }
 
     // 4–5. Build and fsync the staging tree beside the target.
     let staging = leftover_name(Leftover::Stage);
     let stage_fd = sys.mkdir(parent, &staging, &staging, FILL_MODE)?;
-    if let Err(e) = build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, opts.threads) {
+    let staged = build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, opts)
+        .and_then(|()| opts.cancel.check(name));
+    if let Err(mut e) = staged {
+        if let Error::Cancelled { path } = &mut e {
+            name.clone_into(path);
+        }
         discard(&sys, parent, &staging, stage_fd);
         return Err(e);
     }
     drop(stage_fd);
+    // Marked before the swap, unmarked only once the commit fsync returned:
+    // a failure in between leaves the mark for the retry, in any process.
+    let new_mark = match mark(&sys, parent, name) {
+        Ok(new) => new,
+        Err(e) => {
+            let _ = remove_tree(&sys, parent, &staging, &staging);
+            return Err(e);
+        }
+    };
 
     // 6. The swap: one atomic step from the old tree to the new one.
     let swapped = if exists {
@@ -76,14 +98,21 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     if let Err(e) = swapped {
         let e = unsupported_or(e, parent, exists);
         let _ = remove_tree(&sys, parent, &staging, &staging);
+        if new_mark {
+            let _ = unmark(&sys, parent, name);
+        }
         return Err(e);
     }
 
     // 7. Commit point: the parent's entries, and so the swap, reach the disk.
     committed(sys.fsync_dir(parent, ".", Step::FsyncParent), false)?;
+    // Durable now: a repeat may trust what it reads back again.
+    committed(unmark(&sys, parent, name), true)?;
 
     // 8. Off the durability path: the old tree now sits at the staging name.
-    if exists {
+    if deferred {
+        committed(remove_leftovers(&sys, parent, "."), true)?;
+    } else if exists {
         committed(remove_tree(&sys, parent, &staging, &staging).map(drop), true)?;
     }
     Ok(Report {
@@ -122,6 +151,48 @@ fn target_state(parent: BorrowedFd<'_>, name: &str) -> Result<(bool, u32)> {
 /// mode may deny its owner write access (`0o555`), which only root ignores.
 const FILL_MODE: u32 = 0o700;
 
+/// A staging tree with at most this many directories keeps their fds open
+/// while it is filled; a bigger one reopens a directory (one `openat2`
+/// beneath the staging root) each time it needs it, so the fds a sync holds
+/// never grow with the tree (`RLIMIT_NOFILE` is 1024 by default).
+const HELD_DIR_FDS: usize = 128;
+
+/// The subdirectories of a staging tree, by relative path: their final
+/// mode and, for small trees, their open fd.
+struct StageDirs<'a> {
+    stage: BorrowedFd<'a>,
+    dirs: HashMap<&'a str, (Option<OwnedFd>, u32)>,
+    hold: bool,
+}
+
+/// A directory fd, borrowed from [`StageDirs`] or opened for one use.
+enum DirFd<'a> {
+    Held(BorrowedFd<'a>),
+    Opened(OwnedFd),
+}
+
+impl DirFd<'_> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            DirFd::Held(fd) => *fd,
+            DirFd::Opened(fd) => fd.as_fd(),
+        }
+    }
+}
+
+impl<'a> StageDirs<'a> {
+    /// The directory at `rel` beneath the staging root (`""`: the root).
+    fn get(&self, rel: &str) -> Result<DirFd<'_>> {
+        if rel.is_empty() {
+            return Ok(DirFd::Held(self.stage));
+        }
+        match &self.dirs[rel].0 {
+            Some(fd) => Ok(DirFd::Held(fd.as_fd())),
+            None => open_beneath(self.stage, rel).map(DirFd::Opened),
+        }
+    }
+}
+
 /// Create every directory and file of `tree` in the staging directory and
 /// make all of it durable before it can be swapped in. `root_mode` is the
 /// staging directory's final mode.
@@ -131,41 +202,41 @@ fn build_staging(
     staging: &str,
     root_mode: u32,
     tree: &Tree,
-    threads: usize,
+    opts: &Options<'_>,
 ) -> Result<()> {
     // Directories first; the tree's order puts every parent before its children.
-    let mut dirs: HashMap<&str, (OwnedFd, u32)> = HashMap::new();
-    let mut jobs = Vec::with_capacity(tree.file_count());
+    let mut dirs = StageDirs { stage, dirs: HashMap::new(), hold: tree.dir_count() <= HELD_DIR_FDS };
     for (path, node) in tree.iter() {
         let (parent_rel, name) = path.rsplit_once('/').unwrap_or(("", path));
         if let Node::Dir { mode, .. } = node {
-            let parent_fd = if parent_rel.is_empty() { stage } else { dirs[parent_rel].0.as_fd() };
-            let fd = sys.mkdir(parent_fd, name, &join(staging, path), FILL_MODE)?;
-            dirs.insert(path, (fd, *mode));
+            let fd = sys.mkdir(dirs.get(parent_rel)?.fd(), name, &join(staging, path), FILL_MODE)?;
+            let held = if dirs.hold { Some(fd) } else { None };
+            dirs.dirs.insert(path, (held, *mode));
         }
     }
+    let mut jobs = Vec::with_capacity(tree.file_count());
     for (path, node) in tree.iter() {
         if let Node::File { contents, mode } = node {
             let (parent_rel, name) = path.rsplit_once('/').unwrap_or(("", path));
-            let dir = if parent_rel.is_empty() { stage } else { dirs[parent_rel].0.as_fd() };
-            jobs.push(FileJob { dir, name, path: join(staging, path), contents, mode: *mode });
+            jobs.push(FileJob { parent_rel, name, path: join(staging, path), contents, mode: *mode });
         }
     }
-    write_files(sys, &jobs, threads)?;
+    write_files(sys, &dirs, &jobs, opts)?;
 
     // A directory's entries are durable only after fsync of that directory:
     // every new subdirectory, deepest first, then the staging root, all
     // before the swap can make them reachable from the target.
     // Each directory gets its exact mode once it is filled, before its fsync
     // makes that mode durable.
-    let mut by_depth: Vec<(&str, &(OwnedFd, u32))> = dirs.iter().map(|(p, d)| (*p, d)).collect();
+    let mut by_depth: Vec<(&str, u32)> = dirs.dirs.iter().map(|(p, (_, mode))| (*p, *mode)).collect();
     by_depth.sort_by_key(|(p, _)| (std::cmp::Reverse(p.matches('/').count()), *p));
-    for (path, (fd, mode)) in by_depth {
+    for (path, mode) in by_depth {
         let shown = join(staging, path);
-        if *mode != FILL_MODE {
-            sys.chmod(fd, &shown, *mode)?;
+        let fd = dirs.get(path)?;
+        if mode != FILL_MODE {
+            sys.chmod(fd.fd(), &shown, mode)?;
         }
-        sys.fsync_dir(fd.as_fd(), &shown, Step::FsyncDir)?;
+        sys.fsync_dir(fd.fd(), &shown, Step::FsyncDir)?;
     }
     if root_mode != FILL_MODE {
         sys.chmod(stage, staging, root_mode)?;
@@ -175,21 +246,25 @@ fn build_staging(
 
 /// One file to create in the staging tree.
 struct FileJob<'a> {
-    dir: BorrowedFd<'a>,
+    parent_rel: &'a str,
     name: &'a str,
     path: String,
     contents: &'a [u8],
     mode: u32,
 }
 
-/// Write and fsync every file, `threads` at a time: parallel fsyncs let the
-/// block layer merge device flushes. Stops at the first error and returns it.
-fn write_files(sys: &Sys<'_>, jobs: &[FileJob<'_>], threads: usize) -> Result<()> {
-    parallel::try_for_each(jobs, threads, |job| write_one(sys, job))
+/// Write and fsync every file, `opts.threads` at a time: parallel fsyncs let
+/// the block layer merge device flushes. Stops at the first error (or
+/// cancellation, checked before each file) and returns it.
+fn write_files(sys: &Sys<'_>, dirs: &StageDirs<'_>, jobs: &[FileJob<'_>], opts: &Options<'_>) -> Result<()> {
+    parallel::try_for_each(jobs, opts.threads, |job| {
+        opts.cancel.check(&job.path)?;
+        write_one(sys, dirs.get(job.parent_rel)?.fd(), job)
+    })
 }
 
-fn write_one(sys: &Sys<'_>, job: &FileJob<'_>) -> Result<()> {
-    let fd = sys.create(job.dir, job.name, &job.path)?;
+fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>) -> Result<()> {
+    let fd = sys.create(dir, job.name, &job.path)?;
     sys.write_all(fd.as_fd(), &job.path, job.contents)?;
     // fchmod, not the create mode: the umask must not change the bits.
     sys.chmod(&fd, &job.path, job.mode)?;
@@ -202,43 +277,4 @@ fn write_one(sys: &Sys<'_>, job: &FileJob<'_>) -> Result<()> {
 fn discard(sys: &Sys<'_>, parent: BorrowedFd<'_>, staging: &str, fd: OwnedFd) {
     drop(fd);
     let _ = remove_tree(sys, parent, staging, staging);
-}
-
-/// Map a failed swap to [`Error::Unsupported`] when the file system cannot
-/// exchange or rename atomically; other errors pass through.
-pub(crate) fn unsupported_or(e: Error, dir: BorrowedFd<'_>, exchange: bool) -> Error {
-    let Error::Io { path, source, .. } = e else { return e };
-    let op = match source.raw_os_error() {
-        Some(code) if code == rustix::io::Errno::XDEV.raw_os_error() => "cross-device rename",
-        Some(code)
-            if [rustix::io::Errno::INVAL, rustix::io::Errno::NOSYS, rustix::io::Errno::OPNOTSUPP]
-                .iter()
-                .any(|e| e.raw_os_error() == code) =>
-        {
-            if exchange {
-                "RENAME_EXCHANGE"
-            } else {
-                "RENAME_NOREPLACE"
-            }
-        }
-        _ => {
-            let step = if exchange { Step::Exchange } else { Step::Rename };
-            return Error::Io { step, path, source };
-        }
-    };
-    Error::Unsupported { path, fs: fs_name(dir), op, source }
-}
-
-/// Turn a failure after the swap into [`Error::Committed`].
-pub(crate) fn committed<T>(r: Result<T>, durable: bool) -> Result<T> {
-    r.map_err(|e| match e {
-        Error::Io { step, path, source } => Error::Committed { durable, step, path, source },
-        Error::Committed { .. } => e,
-        other => Error::Committed {
-            durable,
-            step: Step::Remove,
-            path: String::new(),
-            source: std::io::Error::other(other.to_string()),
-        },
-    })
 }

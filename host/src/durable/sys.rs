@@ -9,10 +9,9 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, RenameFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 
 use super::error::{Error, Result, Step};
-use super::names::LOCK_NAME;
 use super::probe::{Op, Probe};
 
 /// The mutating system calls, observed by a probe.
@@ -32,7 +31,7 @@ impl<'p> Sys<'p> {
     }
 
     /// Run one observed call: `before` may veto it with an injected error.
-    fn observe<T>(
+    pub(super) fn observe<T>(
         &self,
         op: Op<'_>,
         step: Step,
@@ -45,31 +44,19 @@ impl<'p> Sys<'p> {
         Ok(value)
     }
 
-    /// Create (if needed) and exclusively lock `dir`'s lock file. The lock is
-    /// held until the returned fd is dropped.
-    pub(crate) fn lock(&self, dir: BorrowedFd<'_>, dir_path: &str) -> Result<OwnedFd> {
-        let lock_path = join(dir_path, LOCK_NAME);
-        self.observe(Op::Lock { dir: dir_path }, Step::Lock, &lock_path, || {
-            let fd = rustix::fs::openat(
-                dir,
-                LOCK_NAME,
-                OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
-            )?;
-            rustix::fs::flock(&fd, FlockOperation::LockExclusive)?;
-            Ok(fd)
-        })
-    }
-
     /// `mkdirat` then open the new directory (`O_DIRECTORY|O_NOFOLLOW`) and
-    /// set its exact mode, so the umask never decides it.
+    /// set its exact mode, so the umask never decides it. When opening or
+    /// setting the mode fails, the new directory is removed again, so a
+    /// failure leaves nothing behind.
     pub(crate) fn mkdir(&self, dir: BorrowedFd<'_>, name: &str, path: &str, mode: u32) -> Result<OwnedFd> {
         self.observe(Op::Mkdir { path }, Step::Mkdir, path, || {
             rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)).map_err(io::Error::from)
         })?;
-        let fd = open_dir(dir, name, path)?;
-        self.chmod(&fd, path, mode)?;
-        Ok(fd)
+        let opened = open_dir(dir, name, path).and_then(|fd| self.chmod(&fd, path, mode).map(|()| fd));
+        if opened.is_err() {
+            let _ = self.rmdir(dir, name, path);
+        }
+        opened
     }
 
     /// A new empty file, `O_CREAT|O_EXCL|O_NOFOLLOW`: never an existing file,
@@ -136,8 +123,9 @@ impl<'p> Sys<'p> {
         })
     }
 
-    /// `renameat2(from, to)`: `RENAME_NOREPLACE` unless `replace`, in which
-    /// case an existing `to` is atomically replaced.
+    /// `renameat2(from, to, RENAME_NOREPLACE)` unless `replace`, in which
+    /// case plain `renameat(2)` atomically replaces an existing `to` (and
+    /// works on file systems without `renameat2` flags).
     pub(crate) fn rename(
         &self,
         dir: BorrowedFd<'_>,
@@ -149,8 +137,11 @@ impl<'p> Sys<'p> {
     ) -> Result<()> {
         let op = Op::Rename { from: from_path, to: to_path, replace };
         self.observe(op, Step::Rename, to_path, || {
-            let flags = if replace { RenameFlags::empty() } else { RenameFlags::NOREPLACE };
-            rustix::fs::renameat_with(dir, from, dir, to, flags).map_err(io::Error::from)
+            if replace {
+                rustix::fs::renameat(dir, from, dir, to).map_err(io::Error::from)
+            } else {
+                rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE).map_err(io::Error::from)
+            }
         })
     }
 

@@ -6,13 +6,15 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::Options;
-use super::error::{Error, Result, Step};
+use super::diff::file_holds;
+use super::error::{Error, Result, Step, committed, flags_unsupported};
+use super::lock::lock;
+use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
-use super::recover::remove_leftovers;
+use super::recover::{remove_leftovers, remove_leftovers_or_defer};
 use super::report::{Outcome, Report};
-use super::sync::committed;
 use super::sys::{Kind, Sys, kind_at};
-use super::tree::{MODE_MASK, file_holds};
+use super::tree::MODE_MASK;
 
 /// The mode of a file created without an explicit mode.
 pub const DEFAULT_FILE_MODE: u32 = 0o644;
@@ -46,13 +48,15 @@ pub fn write_file(
     // A symlinked or wrong-kind target is refused before the lock file is
     // created, so a refused request leaves the directory exactly as it was.
     file_state(dir, name)?;
-    let _lock = sys.lock(dir, ".")?;
-    remove_leftovers(&sys, dir, ".")?;
+    let _lock = lock(&sys, dir, ".")?;
+    let deferred = remove_leftovers_or_defer(&sys, dir)?;
 
     let old_mode = file_state(dir, name)?;
     let exists = old_mode.is_some();
     let mode = mode.or(old_mode).unwrap_or(DEFAULT_FILE_MODE);
-    if old_mode == Some(mode) && file_holds(dir, name, name, contents)? {
+    // Unchanged: nothing to do — unless the last write's commit fsync
+    // failed, when what the page cache shows proves nothing (see `marker`).
+    if old_mode == Some(mode) && file_holds(dir, name, name, contents)? && !is_marked(dir, name)? {
         return Ok(Report::unchanged());
     }
 
@@ -65,18 +69,38 @@ pub fn write_file(
         // Data and mode durable before the rename can make them the target.
         sys.fsync_file(fd.as_fd(), &tmp)
     })();
-    if let Err(e) = staged {
-        let _ = sys.unlink(dir, &tmp, &tmp);
-        return Err(e);
-    }
+    // Last chance to give up; marked until the commit fsync returned.
+    let marked = staged.and_then(|()| opts.cancel.check(name)).and_then(|()| mark(&sys, dir, name));
+    let new_mark = match marked {
+        Ok(new) => new,
+        Err(e) => {
+            let _ = sys.unlink(dir, &tmp, &tmp);
+            return Err(e);
+        }
+    };
     // One atomic step from the old file to the new one (NOREPLACE when new,
     // so a file created meanwhile by someone else is not clobbered).
-    if let Err(e) = sys.rename(dir, &tmp, &tmp, name, name, exists) {
+    let renamed = match sys.rename(dir, &tmp, &tmp, name, name, exists) {
+        // No renameat2 flags here (FUSE, some NFS): plain rename(2) is atomic
+        // on every POSIX file system, and under the lock no durasync process
+        // can have created `name` since it was found missing.
+        Err(e) if !exists && flags_unsupported(&e) => sys.rename(dir, &tmp, &tmp, name, name, true),
+        other => other,
+    };
+    if let Err(e) = renamed {
         let _ = sys.unlink(dir, &tmp, &tmp);
+        if new_mark {
+            let _ = unmark(&sys, dir, name);
+        }
         return Err(e);
     }
     // Commit point: the directory entry now naming the new inode is durable.
     committed(sys.fsync_dir(dir, ".", Step::FsyncParent), false)?;
+    // Durable now: a repeat may trust what it reads back again.
+    committed(unmark(&sys, dir, name), true)?;
+    if deferred {
+        committed(remove_leftovers(&sys, dir, "."), true)?;
+    }
     Ok(Report { outcome: if exists { Outcome::Replaced } else { Outcome::Created }, written: 1, removed: 0 })
 }
 

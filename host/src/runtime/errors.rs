@@ -190,7 +190,9 @@ pub(crate) fn to_wit(e: &durable::Error) -> WitError {
         E::Limit { .. } => WitError::Limit(msg),
         E::Unsupported { .. } => WitError::Unsupported(msg),
         E::Committed { .. } => WitError::Committed(msg),
-        E::NotAFile { .. } | E::UnsupportedEntry { .. } | E::Io { .. } => WitError::Io(msg),
+        E::NotAFile { .. } | E::UnsupportedEntry { .. } | E::Io { .. } | E::Cancelled { .. } => {
+            WitError::Io(msg)
+        }
     }
 }
 

@@ -1,0 +1,71 @@
+//! Stopping a long operation from outside: a deadline and/or a flag, checked
+//! between the staged file writes and right before the swap, never after
+//! it. A cancelled operation returns [`Error::Cancelled`] and has changed
+//! nothing: what it had staged is removed before it returns.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use super::error::{Error, Result};
+
+/// When an operation should give up. The default never cancels.
+///
+/// It is checked only before the commit point: once the swap has happened
+/// the operation always runs to its end (the commit fsync and cleanup), so a
+/// cancellation can never leave a change half-reported.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cancel<'a> {
+    deadline: Option<Instant>,
+    flag: Option<&'a AtomicBool>,
+}
+
+impl<'a> Cancel<'a> {
+    /// Never cancel (the default).
+    pub const NEVER: Cancel<'static> = Cancel { deadline: None, flag: None };
+
+    /// Cancel once `deadline` has passed.
+    pub fn at(deadline: Instant) -> Self {
+        Cancel { deadline: Some(deadline), flag: None }
+    }
+
+    /// Cancel once `flag` is set (by another thread, say).
+    pub fn on(flag: &'a AtomicBool) -> Self {
+        Cancel { deadline: None, flag: Some(flag) }
+    }
+
+    /// This cancellation, and also once `flag` is set.
+    pub fn or_on(self, flag: &'a AtomicBool) -> Self {
+        Cancel { flag: Some(flag), ..self }
+    }
+
+    /// Whether the operation should stop now.
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.is_some_and(|f| f.load(Ordering::Relaxed))
+            || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// [`Error::Cancelled`] naming `path` when the operation should stop.
+    pub(crate) fn check(&self, path: &str) -> Result<()> {
+        if self.is_cancelled() { Err(Error::Cancelled { path: path.to_owned() }) } else { Ok(()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn never_does_not_cancel_and_a_past_deadline_or_a_set_flag_does() {
+        assert!(!Cancel::NEVER.is_cancelled());
+        assert!(!Cancel::at(Instant::now() + Duration::from_secs(3600)).is_cancelled());
+        assert!(Cancel::at(Instant::now()).is_cancelled());
+        let flag = AtomicBool::new(false);
+        let c = Cancel::on(&flag);
+        assert!(!c.is_cancelled());
+        flag.store(true, Ordering::Relaxed);
+        assert!(c.is_cancelled());
+        assert!(matches!(c.check("t"), Err(Error::Cancelled { .. })));
+    }
+}

@@ -1,0 +1,155 @@
+//! Comparing an existing directory with a requested [`Tree`]: the
+//! unchanged check of every operation and the dry-run plan.
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::error::{Error, Result, Step};
+use super::parallel;
+use super::resolve::open_file_beneath;
+use super::sys::{Kind, join, kind_of};
+use super::tree::{Node, Tree};
+use super::walk::walk;
+
+/// How an existing directory differs from a requested tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Whether the target exists now.
+    pub exists: bool,
+    /// Paths the new tree adds (directories end in `/`).
+    pub added: Vec<String>,
+    /// Paths in both whose bytes, mode or kind differ.
+    pub changed: Vec<String>,
+    /// Paths the new tree no longer holds (directories end in `/`).
+    pub removed: Vec<String>,
+}
+
+impl Plan {
+    /// Whether the target already holds exactly the requested tree.
+    pub fn is_unchanged(&self) -> bool {
+        self.exists && self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty()
+    }
+
+    /// The plan for a target that does not exist yet: every path is added.
+    pub fn creating(tree: &Tree) -> Plan {
+        let added = tree
+            .iter()
+            .map(
+                |(path, node)| {
+                    if matches!(node, Node::Dir { .. }) { format!("{path}/") } else { path.to_owned() }
+                },
+            )
+            .collect();
+        Plan { added, ..Plan::default() }
+    }
+
+    /// How many regular files of the old tree the new one no longer holds.
+    pub fn removed_files(&self) -> u32 {
+        self.removed.iter().filter(|p| !p.ends_with('/')).count() as u32
+    }
+}
+
+/// Compare the existing directory `dir` with `new`. With `full` false, stops
+/// reading file contents at the first difference (enough to decide
+/// "unchanged", and `removed` is still exact); with `full` true every
+/// differing path is listed.
+pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: bool) -> Result<Plan> {
+    let shown = |p: &str, dir: bool| if dir { format!("{p}/") } else { p.to_owned() };
+    let mut plan = Plan { exists: true, ..Plan::default() };
+    let mut present = std::collections::HashSet::with_capacity(new.len());
+    // Files whose kind, mode and size match: only their bytes can differ.
+    let mut candidates: Vec<(&str, &[u8])> = Vec::new();
+    let mut differs = false;
+    walk(dir, dir_path, &mut |seen| {
+        let is_dir = seen.kind == Kind::Dir;
+        let Some((path, node)) = new.get_key_value(&seen.path) else {
+            plan.removed.push(shown(&seen.path, is_dir));
+            differs = true;
+            return Ok(());
+        };
+        present.insert(path);
+        let same = match node {
+            Node::Dir { mode, .. } => is_dir && seen.mode == *mode,
+            Node::File { contents, mode } => {
+                let same_meta =
+                    seen.kind == Kind::File && seen.mode == *mode && seen.size == contents.len() as u64;
+                if same_meta {
+                    candidates.push((path, contents.as_slice()));
+                }
+                same_meta
+            }
+        };
+        if !same {
+            plan.changed.push(shown(&seen.path, matches!(node, Node::Dir { .. })));
+            differs = true;
+        }
+        Ok(())
+    })?;
+    for (path, node) in new.iter() {
+        if !present.contains(path) {
+            plan.added.push(shown(path, matches!(node, Node::Dir { .. })));
+        }
+    }
+    if full || !differs {
+        plan.changed.extend(changed_contents(dir, dir_path, &candidates, full)?);
+    }
+    plan.removed.sort();
+    plan.changed.sort();
+    Ok(plan)
+}
+
+/// From this many files on, contents are compared from several threads.
+const PARALLEL_COMPARE_MIN: usize = 64;
+
+/// Threads comparing contents. Reading from the page cache is CPU work, so
+/// a few threads help on small machines and more would only contend.
+const COMPARE_THREADS: usize = 4;
+
+/// The candidates whose bytes differ from the file at their path beneath
+/// `dir`. With `full` false, stops at the first difference found.
+fn changed_contents(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    candidates: &[(&str, &[u8])],
+    full: bool,
+) -> Result<Vec<String>> {
+    let threads = if candidates.len() >= PARALLEL_COMPARE_MIN { COMPARE_THREADS } else { 1 };
+    let found = AtomicBool::new(false);
+    let changed = std::sync::Mutex::new(Vec::new());
+    parallel::try_for_each(candidates, threads, |(rel, expected)| {
+        if !full && found.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if !file_holds(dir, rel, &join(dir_path, rel), expected)? {
+            found.store(true, Ordering::Relaxed);
+            changed.lock().unwrap_or_else(|p| p.into_inner()).push((*rel).to_owned());
+        }
+        Ok(())
+    })?;
+    Ok(changed.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Whether the regular file at `rel` beneath `dir` holds exactly
+/// `expected`: open, `fstat` (still a regular file of that size), one read
+/// of that size, close.
+pub(crate) fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
+    let fd = open_file_beneath(dir, rel, path)?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
+    if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File
+        || st.st_size as u64 != expected.len() as u64
+    {
+        return Ok(false);
+    }
+    let mut buf = vec![0u8; expected.len()];
+    let mut filled = 0;
+    while filled < buf.len() {
+        match rustix::io::read(&fd, &mut buf[filled..]) {
+            // Shorter than fstat said: truncated meanwhile, so not equal.
+            Ok(0) => return Ok(false),
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::io(Step::Read, path, e)),
+        }
+    }
+    Ok(buf == expected)
+}

@@ -1,0 +1,280 @@
+//! Walking a directory on disk through directory fds, never following a
+//! link: the reader of CLI sources and of targets to compare against.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{Mode, OFlags};
+
+use super::error::{Error, Result, Step};
+use super::sys::{Kind, join, kind_at, kind_of, open_dir, open_file};
+use super::tree::{Limits, MODE_MASK, Tree};
+
+/// One entry met while walking a directory on disk.
+pub(crate) struct Seen<'a> {
+    /// Path relative to the walked directory.
+    pub path: String,
+    /// The directory holding it.
+    pub parent: BorrowedFd<'a>,
+    /// Its name in `parent`.
+    pub name: &'a str,
+    /// What it is.
+    pub kind: Kind,
+    /// Its permission bits.
+    pub mode: u32,
+    /// Its size in bytes (files only).
+    pub size: u64,
+}
+
+/// How many levels of a walk keep their directory fd open. A deeper level's
+/// fd is closed on the way down and the directory is reopened through `..`
+/// on the way back up, checked against the device and inode recorded on the
+/// way down; so a walk holds at most this many fds (and one listing) at any
+/// depth, and a tree thousands of levels deep cannot exhaust `RLIMIT_NOFILE`
+/// (1024 by default) even with a removal running on 16 threads.
+pub(crate) const FD_WINDOW: usize = 16;
+
+/// One directory below the root of a [`DirStack`].
+struct Level {
+    /// Its name in the level above.
+    name: String,
+    /// Its fd; `None` once it fell out of the [`FD_WINDOW`].
+    fd: Option<OwnedFd>,
+    /// Its device and inode, to check a reopening through `..`.
+    id: (u64, u64),
+    /// The length of the stack's path before this level was appended.
+    prev_len: usize,
+}
+
+/// The chain of directories from a root fd down to the one a walk is in,
+/// without recursion: memory grows by one name per level and open fds stay
+/// below [`FD_WINDOW`] whatever the depth.
+pub(crate) struct DirStack<'r> {
+    root: BorrowedFd<'r>,
+    root_path: String,
+    levels: Vec<Level>,
+    /// The shown path of the current directory (`root_path/a/b`).
+    path: String,
+    /// Where the path relative to the root starts in `path`.
+    rel_start: usize,
+}
+
+impl<'r> DirStack<'r> {
+    /// A stack standing at `root`, shown as `root_path` in messages.
+    pub(crate) fn new(root: BorrowedFd<'r>, root_path: &str) -> Self {
+        let rel_start = if root_path == "." || root_path.is_empty() { 0 } else { root_path.len() + 1 };
+        DirStack {
+            root,
+            root_path: root_path.to_owned(),
+            levels: Vec::new(),
+            path: root_path.to_owned(),
+            rel_start,
+        }
+    }
+
+    /// The fd of the current directory.
+    pub(crate) fn top(&self) -> BorrowedFd<'_> {
+        match self.levels.last() {
+            Some(level) => level.fd.as_ref().expect("the current level always holds its fd").as_fd(),
+            None => self.root,
+        }
+    }
+
+    /// How many levels below the root the current directory is.
+    pub(crate) fn depth(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// The current directory's path as shown in messages.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The current directory's path relative to the root (`""` at the root).
+    pub(crate) fn rel(&self) -> &str {
+        if self.levels.is_empty() { "" } else { &self.path[self.rel_start..] }
+    }
+
+    /// The shown path of `name` in the current directory.
+    pub(crate) fn child_path(&self, name: &str) -> String {
+        join(&self.path, name)
+    }
+
+    /// Enter the subdirectory `name` of the current directory (never
+    /// through a link).
+    pub(crate) fn push(&mut self, name: &str) -> Result<()> {
+        let shown = self.child_path(name);
+        let fd = open_dir(self.top(), name, &shown)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, &shown, e))?;
+        let prev_len = if self.levels.is_empty() { 0 } else { self.path.len() };
+        self.path = shown;
+        self.levels.push(Level { name: name.to_owned(), fd: Some(fd), id: (st.st_dev, st.st_ino), prev_len });
+        // Close the fd that just left the window; `pop` reopens it through `..`.
+        if self.levels.len() > FD_WINDOW {
+            let out = self.levels.len() - 1 - FD_WINDOW;
+            self.levels[out].fd = None;
+        }
+        Ok(())
+    }
+
+    /// Leave the current directory for the one above; returns the name of
+    /// the directory left. A parent whose fd was closed is reopened through
+    /// `..` from the child, and refused unless it is the same directory
+    /// (device and inode) the walk went down through: a tree moved during
+    /// the walk is an error, never a way out of the root.
+    pub(crate) fn pop(&mut self) -> Result<String> {
+        let level = self.levels.pop().expect("pop below the root of a walk");
+        if level.prev_len == 0 {
+            self.path.clone_from(&self.root_path);
+        } else {
+            self.path.truncate(level.prev_len);
+        }
+        if let Some(parent) = self.levels.last_mut()
+            && parent.fd.is_none()
+        {
+            let child = level.fd.as_ref().expect("the current level always holds its fd");
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = rustix::fs::openat(child, "..", flags, Mode::empty())
+                .map_err(|e| Error::io(Step::Open, &self.path, e))?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, &self.path, e))?;
+            if (st.st_dev, st.st_ino) != parent.id {
+                return Err(Error::io(
+                    Step::Open,
+                    &self.path,
+                    std::io::Error::other("the directory was moved during the walk"),
+                ));
+            }
+            parent.fd = Some(fd);
+        }
+        Ok(level.name)
+    }
+}
+
+/// Walk `dir` depth first, parents before children, names sorted, without
+/// following links. Every entry is visited, durasync's reserved names too:
+/// a source holding one is refused by [`Tree`]'s path rules, and a target
+/// holding one differs from every tree. `dir_path` is
+/// used in messages. Iterative: memory grows with the listings of the
+/// directories on the current path, open fds are bounded ([`FD_WINDOW`]).
+pub(crate) fn walk(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    visit: &mut dyn FnMut(&Seen<'_>) -> Result<()>,
+) -> Result<()> {
+    let mut stack = DirStack::new(dir, dir_path);
+    // The names still to visit in each directory of the path, last first.
+    let mut pending = vec![sorted_desc(list_names(dir, dir_path)?)];
+    while let Some(names) = pending.last_mut() {
+        let Some(name) = names.pop() else {
+            pending.pop();
+            if !pending.is_empty() {
+                stack.pop()?;
+            }
+            continue;
+        };
+        let rel = join(stack.rel(), &name);
+        let parent = stack.top();
+        let st = rustix::fs::statat(parent, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| Error::io(Step::Read, stack.child_path(&name), e))?;
+        let kind = kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _));
+        let seen = Seen {
+            path: rel,
+            parent,
+            name: &name,
+            kind,
+            mode: st.st_mode & MODE_MASK,
+            size: st.st_size as u64,
+        };
+        visit(&seen)?;
+        if kind == Kind::Dir {
+            stack.push(&name)?;
+            pending.push(sorted_desc(list_names(stack.top(), stack.path())?));
+        }
+    }
+    Ok(())
+}
+
+fn sorted_desc(mut names: Vec<String>) -> Vec<String> {
+    names.sort_unstable_by(|a, b| b.cmp(a));
+    names
+}
+
+/// The names in a directory, without `.` and `..`. Names that are not UTF-8
+/// are an error: durasync cannot name them back to the kernel faithfully.
+pub(crate) fn list_names(dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let reader = rustix::fs::Dir::read_from(dir).map_err(|e| Error::io(Step::Read, dir_path, e))?;
+    for entry in reader {
+        let entry = entry.map_err(|e| Error::io(Step::Read, dir_path, e))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        match std::str::from_utf8(name) {
+            Ok(s) => out.push(s.to_owned()),
+            Err(_) => {
+                return Err(Error::InvalidPath {
+                    path: join(dir_path, &String::from_utf8_lossy(name)),
+                    reason: "names must be valid UTF-8",
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Read a regular file completely, refusing anything else.
+pub(crate) fn read_file_at(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<Vec<u8>> {
+    let fd: OwnedFd = open_file(dir, name, path)?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
+    if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File {
+        return Err(Error::NotAFile { path: path.to_owned() });
+    }
+    let mut buf = Vec::with_capacity(st.st_size as usize);
+    let mut chunk = vec![0u8; (st.st_size as usize).clamp(4096, 1 << 20) + 1];
+    loop {
+        match rustix::io::read(&fd, &mut chunk[..]) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::io(Step::Read, path, e)),
+        }
+    }
+    Ok(buf)
+}
+
+/// Read the tree at `name` in `parent` (a CLI source): every regular file
+/// with its bytes and mode, every directory with its mode. Anything else (a
+/// symlink, a fifo, a device) is an error naming it. Limits are enforced
+/// while reading, so a huge source fails early.
+pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Limits) -> Result<Tree> {
+    match kind_at(parent, name, path)?.0 {
+        Kind::Dir => {}
+        Kind::Missing => return Err(Error::NotFound { path: path.to_owned() }),
+        Kind::Symlink => return Err(Error::Symlink { path: path.to_owned() }),
+        _ => return Err(Error::NotADirectory { path: path.to_owned() }),
+    }
+    let root = open_dir(parent, name, path)?;
+    let mut tree = Tree::new();
+    walk(root.as_fd(), path, &mut |seen| {
+        let shown = join(path, &seen.path);
+        match seen.kind {
+            Kind::Dir => tree.add_dir(&seen.path, seen.mode),
+            Kind::File => {
+                if tree.total_bytes() + seen.size > limits.max_bytes {
+                    return Err(Error::Limit {
+                        what: "bytes in one sync",
+                        limit: limits.max_bytes,
+                        actual: tree.total_bytes() + seen.size,
+                    });
+                }
+                let contents = read_file_at(seen.parent, seen.name, &shown)?;
+                tree.add_file(&seen.path, contents, seen.mode)?;
+                tree.check_limits(limits)
+            }
+            Kind::Symlink => Err(Error::UnsupportedEntry { path: shown, kind: "symbolic link" }),
+            Kind::Other(kind) => Err(Error::UnsupportedEntry { path: shown, kind }),
+            Kind::Missing => Ok(()),
+        }
+    })?;
+    Ok(tree)
+}
