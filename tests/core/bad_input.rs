@@ -241,9 +241,9 @@ fn a_source_holding_a_device_is_refused() {
         rustix::fs::makedev(1, 3),
     );
     if let Err(e) = made {
-        eprintln!(
-            "SKIPPED a_source_holding_a_device_is_refused: cannot create a character device here ({e})"
-        );
+        cannot_check(&format!(
+            "a_source_holding_a_device_is_refused: cannot create a character device here ({e})"
+        ));
         return;
     }
     assert_source_entry_refused("character device", |p| {
@@ -335,4 +335,25 @@ fn the_exchange_primitive_reports_unsupported_file_systems() {
     let err = durable::exchange(s.fd(), "a", s.fd(), "b", &opts(&probe, 1)).unwrap_err();
     assert!(matches!(err, Error::Unsupported { op: "RENAME_EXCHANGE", .. }), "{err:?}");
     assert_eq!(state(&s), before);
+}
+
+#[test]
+fn a_source_holding_a_reserved_name_is_refused_naming_it() {
+    for reserved in [".durasync-notes", ".durasync.lock", ".durasync-stage-0123456789abcdef"] {
+        let s = Scratch::new();
+        write_tree(&s.join("target"), &pair(), 0o755);
+        write_tree(&s.join("src"), &tree(&[("ok", b"fine", 0o644)]), 0o755);
+        std::fs::create_dir(s.join("src/sub")).unwrap();
+        std::fs::write(s.join("src/sub").join(reserved), b"not silently dropped").unwrap();
+        let before = state(&s);
+        let err = durable::read_tree(s.fd(), "src", "src", &Limits::default()).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidPath { path, .. } if *path == format!("sub/{reserved}")),
+            "{err:?}"
+        );
+        let out = durasync(&["sync", "target", "--from", "src"], s.path());
+        assert_eq!(out.status.code(), Some(3), "{reserved}: {}", stderr(&out));
+        assert!(stderr(&out).contains(reserved) && stderr(&out).contains("reserved"), "{}", stderr(&out));
+        assert_eq!(state(&s), before, "{reserved}: the target is unchanged");
+    }
 }

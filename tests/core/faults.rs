@@ -282,3 +282,59 @@ fn a_staging_left_by_a_failed_cleanup_is_removed_by_the_next_sync() {
     assert_eq!(snapshot(&s.join("target")), expected(&new_tree(), 0o750));
     assert!(leftovers(s.path()).is_empty());
 }
+
+#[test]
+fn a_failure_to_set_the_new_staging_directorys_mode_leaves_no_staging_behind() {
+    // The error says nothing changed, so nothing may stay beside the target,
+    // not even until the next recovery.
+    let s = Scratch::new();
+    with_old_target(&s);
+    let old = snapshot(&s.join("target"));
+    let probe = FailWhen::new(rustix::io::Errno::IO, |k: &Key| k.is("chmod", "<stage> 700"));
+    let err = durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&probe, 1)).unwrap_err();
+    assert_eq!(probe.hits(), 1);
+    assert!(matches!(err, Error::Io { step: Step::Chmod, .. }), "{err:?}");
+    assert_eq!(snapshot(&s.join("target")), old);
+    assert_eq!(names(s.path()), ["target".to_owned()].into(), "no staging directory is left");
+}
+
+/// Fails every `RENAME_NOREPLACE` with EINVAL, as FUSE and some NFS do.
+struct NoRenameFlags {
+    hits: std::sync::atomic::AtomicUsize,
+}
+
+impl durable::Probe for NoRenameFlags {
+    fn before(&self, op: &durable::Op<'_>) -> std::io::Result<()> {
+        match op {
+            durable::Op::Rename { replace: false, .. } | durable::Op::Exchange { .. } => {
+                self.hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Err(std::io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn where_renameat2_flags_are_unsupported_write_and_remove_still_work_by_plain_rename() {
+    let s = Scratch::new();
+    let probe = NoRenameFlags { hits: Default::default() };
+    let r = durable::write_file(s.fd(), "pod.yaml", b"kind: Pod", None, &opts(&probe, 1)).unwrap();
+    assert_eq!(r.outcome, durable::Outcome::Created);
+    assert_eq!(std::fs::read(s.join("pod.yaml")).unwrap(), b"kind: Pod");
+    let r = durable::write_file(s.fd(), "pod.yaml", b"kind: Pod2", None, &opts(&probe, 1)).unwrap();
+    assert_eq!(r.outcome, durable::Outcome::Replaced);
+    write_tree(&s.join("managed"), &old_tree(), 0o750);
+    durable::remove(s.fd(), "managed", &opts(&probe, 1)).unwrap().unwrap();
+    assert!(!s.join("managed").exists());
+    assert_eq!(
+        probe.hits.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the create and the removal fell back"
+    );
+    assert_eq!(names(s.path()), ["pod.yaml".to_owned()].into(), "no leftovers");
+    // A directory sync has no atomic fallback: unsupported, nothing changed.
+    let err = durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&probe, 1)).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { op: "RENAME_NOREPLACE", .. }), "{err:?}");
+    assert_eq!(names(s.path()), ["pod.yaml".to_owned()].into());
+}

@@ -52,18 +52,18 @@ fn a_file_write_asks_for_one_file_fsync_and_one_directory_fsync() {
 
 /// The sync-family calls one run of the binary made, from `strace -ff -y`.
 #[derive(Debug, Default)]
-struct Syncs {
+pub(crate) struct Syncs {
     /// fd path → how many fsyncs it got.
-    fsync: BTreeMap<PathBuf, usize>,
+    pub fsync: BTreeMap<PathBuf, usize>,
     /// Every other sync-family call (fdatasync, sync_file_range, syncfs, sync), as strace printed it.
-    other: Vec<String>,
+    pub other: Vec<String>,
 }
 
 const TRACED: &str = "fsync,fdatasync,sync_file_range,syncfs,sync";
 
 /// Run `durasync args` under strace; `None` (after saying why) when strace
 /// cannot run here.
-fn traced(args: &[&str], cwd: &Path, out_dir: &Path) -> Option<(String, Syncs)> {
+pub(crate) fn traced(args: &[&str], cwd: &Path, out_dir: &Path) -> Option<(String, Syncs)> {
     let prefix = out_dir.join("trace");
     let out = Command::new("strace")
         .args(["-f", "-ff", "-qq", "-y", "-e", &format!("trace={TRACED}"), "-o"])
@@ -75,13 +75,13 @@ fn traced(args: &[&str], cwd: &Path, out_dir: &Path) -> Option<(String, Syncs)> 
     let out = match out {
         Ok(out) => out,
         Err(e) => {
-            eprintln!("SKIPPED strace fsync count: cannot run strace ({e}); install strace to run this test");
+            cannot_check(&format!("strace fsync count: cannot run strace ({e}); install strace"));
             return None;
         }
     };
     let err = stderr(&out);
     if !out.status.success() && err.contains("ptrace") {
-        eprintln!("SKIPPED strace fsync count: strace cannot trace here: {err}");
+        cannot_check(&format!("strace fsync count: strace cannot trace here: {err}"));
         return None;
     }
     let stdout = ok_stdout(&out);

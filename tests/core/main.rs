@@ -8,6 +8,7 @@ mod support;
 mod common;
 
 mod bad_input;
+mod cancel;
 mod cli;
 mod concurrency;
 mod deep;
@@ -15,4 +16,5 @@ mod faults;
 mod fsync_count;
 mod leftovers;
 mod modes;
+mod retry;
 mod upstream_matrix;

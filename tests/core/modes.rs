@@ -120,8 +120,8 @@ fn as_nobody(args: &[&str], cwd: &Path) -> std::process::Output {
 #[test]
 fn a_non_root_user_syncs_replaces_and_recovers_read_only_directories() {
     if !can_drop_privileges() {
-        eprintln!(
-            "SKIPPED a_non_root_user_syncs_replaces_and_recovers_read_only_directories: needs root and setpriv"
+        cannot_check(
+            "a_non_root_user_syncs_replaces_and_recovers_read_only_directories: needs root and setpriv",
         );
         return;
     }
