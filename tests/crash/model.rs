@@ -11,8 +11,16 @@
 //!   prefixes: no ordering between changes of one directory is assumed, which
 //!   is weaker than a journal). Above [`SUBSET_MAX`] pending changes only
 //!   prefixes are enumerated, and the run reports it;
+//! - a file whose data was never fsynced may come back empty, as any prefix
+//!   of what was written (a few are enumerated: empty, half, all but the
+//!   last byte) or zero-filled at its size (the size reached the disk, the
+//!   data did not);
 //! - a rename or an exchange is one change of its directory: all of it or
 //!   none of it; it too is durable only once its directory is fsynced;
+//! - a failed fsync ("fsyncgate") persists nothing of that inode's pending
+//!   changes, and they never will be: the running system still sees them,
+//!   but a later fsync of the inode succeeds without persisting them (only
+//!   changes made after the failure);
 //! - the model tracks inodes, so an exchange moves whole subtrees and an
 //!   fsync through an fd reaches the inode it was opened on, wherever that
 //!   inode is named now.
@@ -201,6 +209,17 @@ struct Inode {
     entries: BTreeMap<String, Ino>,
     /// Changes since the last fsync, in order.
     changes: Vec<Change>,
+    /// After a failed fsync: what the running system sees (entries, data,
+    /// mode) as of that failure, which no crash state will ever show.
+    lost: Option<Lost>,
+}
+
+/// What a failed fsync made unpersistable but left visible.
+#[derive(Debug, Clone)]
+struct Lost {
+    entries: BTreeMap<String, Ino>,
+    data: Vec<u8>,
+    mode: u32,
 }
 
 impl Inode {
@@ -211,11 +230,28 @@ impl Inode {
             modes: vec![mode],
             entries: BTreeMap::new(),
             changes: Vec::new(),
+            lost: None,
+        }
+    }
+
+    /// The data the running system sees.
+    fn visible_data(&self) -> &Vec<u8> {
+        match (&self.lost, self.data.len()) {
+            (Some(lost), 1) => &lost.data,
+            _ => self.data.last().expect("data"),
+        }
+    }
+
+    /// The mode the running system sees.
+    fn visible_mode(&self) -> u32 {
+        match (&self.lost, self.modes.len()) {
+            (Some(lost), 1) => lost.mode,
+            _ => *self.modes.last().expect("mode"),
         }
     }
 
     fn current_entries(&self) -> BTreeMap<String, Ino> {
-        let mut e = self.entries.clone();
+        let mut e = self.lost.as_ref().map_or_else(|| self.entries.clone(), |l| l.entries.clone());
         for change in &self.changes {
             apply(&mut e, change);
         }
@@ -252,6 +288,10 @@ pub enum IOp {
     },
     /// fsync of a file or directory inode.
     Fsync {
+        ino: Ino,
+    },
+    /// A failed fsync of a file or directory inode.
+    FsyncFail {
         ino: Ino,
     },
     /// One atomic change of `dir`'s entries (rename, exchange, unlink, rmdir).
@@ -358,6 +398,7 @@ impl Model {
             ROp::Write { path, data } => IOp::Write { ino: self.must(path, rop), data: data.clone() },
             ROp::Chmod { path, mode } => IOp::Chmod { ino: self.must(path, rop), mode: *mode },
             ROp::FsyncFile { path } | ROp::FsyncDir { path } => IOp::Fsync { ino: self.must(path, rop) },
+            ROp::FsyncFail { path } => IOp::FsyncFail { ino: self.must(path, rop) },
             ROp::Exchange { a, b } => {
                 let (da, na, pa) = self.parent_of(a, rop);
                 let (db, nb, pb) = self.parent_of(b, rop);
@@ -400,11 +441,41 @@ impl Model {
             IOp::Chmod { ino, mode } => self.inode(*ino).modes.push(*mode),
             IOp::Fsync { ino } => {
                 let inode = self.inode(*ino);
-                inode.entries = inode.current_entries();
+                // Only what changed since the last (failed or not) fsync persists.
+                let changes = std::mem::take(&mut inode.changes);
+                for change in &changes {
+                    apply(&mut inode.entries, change);
+                }
+                if let Some(lost) = &mut inode.lost {
+                    for change in &changes {
+                        apply(&mut lost.entries, change);
+                    }
+                }
+                // Data or a mode written since the last fsync is durable now
+                // (and is what the running system sees, lost or not).
+                if inode.data.len() > 1 {
+                    let data = inode.data.pop().expect("data");
+                    if let Some(lost) = &mut inode.lost {
+                        lost.data.clone_from(&data);
+                    }
+                    inode.data = vec![data];
+                }
+                if inode.modes.len() > 1 {
+                    let mode = inode.modes.pop().expect("mode");
+                    if let Some(lost) = &mut inode.lost {
+                        lost.mode = mode;
+                    }
+                    inode.modes = vec![mode];
+                }
+            }
+            IOp::FsyncFail { ino } => {
+                let inode = self.inode(*ino);
+                let entries = inode.current_entries();
+                let (data, mode) = (inode.visible_data().clone(), inode.visible_mode());
                 inode.changes.clear();
-                let data = inode.data.pop().expect("data");
-                let mode = inode.modes.pop().expect("mode");
-                (inode.data, inode.modes) = (vec![data], vec![mode]);
+                inode.data.truncate(1);
+                inode.modes.truncate(1);
+                inode.lost = Some(Lost { entries, data, mode });
             }
             IOp::Entries { dir, change } => self.inode(*dir).changes.push(change.clone()),
             IOp::Nothing => {}
@@ -422,9 +493,9 @@ impl Model {
 
     fn current_of(&self, ino: Ino) -> Disk {
         let inode = &self.inodes[&ino];
-        let mode = *inode.modes.last().expect("mode");
+        let mode = inode.visible_mode();
         match &inode.kind {
-            Kind::File => Disk::File { data: inode.data.last().expect("data").clone(), mode },
+            Kind::File => Disk::File { data: inode.visible_data().clone(), mode },
             Kind::Link(t) => Disk::Link { target: t.clone() },
             Kind::Dir => Disk::Dir {
                 mode,
@@ -459,7 +530,15 @@ impl Model {
                 out.insert(Disk::Link { target: t.clone() });
             }
             Kind::File => {
-                let datas: BTreeSet<&Vec<u8>> = inode.data.iter().collect();
+                let mut datas: BTreeSet<Vec<u8>> = inode.data.iter().cloned().collect();
+                // Data never fsynced: any of it may be missing, or only its size.
+                for later in &inode.data[1..] {
+                    let n = later.len();
+                    for cut in [0, n / 2, n.saturating_sub(1)] {
+                        datas.insert(later[..cut].to_vec());
+                    }
+                    datas.insert(vec![0; n]);
+                }
                 for data in datas {
                     for &mode in &modes {
                         out.insert(Disk::File { data: data.clone(), mode });

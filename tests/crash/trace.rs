@@ -12,17 +12,49 @@ use durasync::durable::{Op, Probe};
 /// One recorded operation, owned, with paths relative to the explored root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ROp {
-    Lock { dir: String },
-    Mkdir { path: String },
-    Create { path: String },
-    Write { path: String, data: Vec<u8> },
-    Chmod { path: String, mode: u32 },
-    FsyncFile { path: String },
-    FsyncDir { path: String },
-    Exchange { a: String, b: String },
-    Rename { from: String, to: String, replace: bool },
-    Unlink { path: String },
-    Rmdir { path: String },
+    Lock {
+        dir: String,
+    },
+    Mkdir {
+        path: String,
+    },
+    Create {
+        path: String,
+    },
+    Write {
+        path: String,
+        data: Vec<u8>,
+    },
+    Chmod {
+        path: String,
+        mode: u32,
+    },
+    FsyncFile {
+        path: String,
+    },
+    FsyncDir {
+        path: String,
+    },
+    /// An fsync that failed (EIO). Under the "fsyncgate" behaviour it
+    /// persists nothing of that inode's pending changes, ever.
+    FsyncFail {
+        path: String,
+    },
+    Exchange {
+        a: String,
+        b: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+        replace: bool,
+    },
+    Unlink {
+        path: String,
+    },
+    Rmdir {
+        path: String,
+    },
 }
 
 impl ROp {
@@ -43,6 +75,7 @@ impl std::fmt::Display for ROp {
             ROp::Chmod { path, mode } => write!(f, "chmod {} {mode:04o}", s(path)),
             ROp::FsyncFile { path } => write!(f, "fsync-file {}", s(path)),
             ROp::FsyncDir { path } => write!(f, "fsync-dir {}", s(path)),
+            ROp::FsyncFail { path } => write!(f, "FAILED fsync {} (EIO)", s(path)),
             ROp::Exchange { a, b } => write!(f, "exchange {} <-> {}", s(a), s(b)),
             ROp::Rename { from, to, replace } => {
                 let how = if *replace { "replace" } else { "noreplace" };
@@ -80,6 +113,9 @@ pub fn short(path: &str) -> String {
 pub struct Recorder {
     prefix: String,
     ops: Mutex<Vec<ROp>>,
+    /// A directory whose next fsync fails with EIO (once), recorded as
+    /// [`ROp::FsyncFail`].
+    fail_fsync_of: Mutex<Option<String>>,
 }
 
 impl Recorder {
@@ -90,7 +126,15 @@ impl Recorder {
 
     /// A recorder for calls anchored at `prefix` beneath the explored root.
     pub fn under(prefix: &str) -> Self {
-        Recorder { prefix: prefix.to_owned(), ops: Mutex::new(Vec::new()) }
+        Recorder { prefix: prefix.to_owned(), ops: Mutex::new(Vec::new()), fail_fsync_of: Mutex::new(None) }
+    }
+
+    /// A recorder whose first fsync of the directory `dir` (a recorded
+    /// path, `.` for the anchor) fails with EIO.
+    pub fn failing_fsync_of(dir: &str) -> Self {
+        let r = Self::new();
+        *r.fail_fsync_of.lock().unwrap() = Some(dir.to_owned());
+        r
     }
 
     /// Everything recorded so far.
@@ -108,6 +152,19 @@ impl Recorder {
 }
 
 impl Probe for Recorder {
+    fn before(&self, op: &Op<'_>) -> std::io::Result<()> {
+        if let Op::FsyncDir { path } = *op {
+            let mut fail = self.fail_fsync_of.lock().unwrap_or_else(|p| p.into_inner());
+            if fail.as_deref() == Some(path) {
+                *fail = None;
+                let path = self.p(path);
+                self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(ROp::FsyncFail { path });
+                return Err(std::io::Error::from_raw_os_error(5));
+            }
+        }
+        Ok(())
+    }
+
     fn after(&self, op: &Op<'_>) {
         let p = |s: &str| self.p(s);
         let rop = match *op {
