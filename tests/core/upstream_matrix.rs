@@ -1,4 +1,4 @@
-//! The library-go `atomicdir` / `fsutil` test matrix (DESIGN.md), ported.
+//! The library-go `atomicdir` / `fsutil` test matrix (upstream `atomicdir/swap_test.go`, `sync_test.go`), ported.
 
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -34,7 +34,6 @@ fn swap_succeeds_with_absolute_paths() {
     let s = swap_fixture(&a, &b);
     let pa = open_dir(&s.join("pa"));
     let pb = open_dir(&s.join("pb"));
-    assert!(s.join("pa").is_absolute());
     durable::exchange(pa.as_fd(), "a", pb.as_fd(), "b", &opts(&NoProbe, 1)).unwrap();
     assert_swapped(&s, &a, &b);
 }

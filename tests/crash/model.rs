@@ -1,4 +1,4 @@
-//! The weak persistence model (DESIGN.md, "Crash model").
+//! The weak persistence model the crash explorer replays traces into.
 //!
 //! Deliberately weaker than any real file system:
 //! - a file's data and mode are durable only after fsync of that file; until

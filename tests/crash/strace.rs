@@ -6,7 +6,11 @@
 //! fsync after it, of the parent. A second identical sync must issue no
 //! fsync and no rename at all.
 //!
-//! Skipped, loudly, when `strace` is not installed (`.ci/run` installs it).
+//! The same audit covers a single-file `write` (create and replace), and a
+//! plugin's `sync` and `remove` through `durasync run` (certsync).
+//!
+//! Skipped, loudly, when `strace` is not installed (`.ci/run` installs it);
+//! under CI (`CI=true`) that is a failure instead.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,12 +27,7 @@ const TRACED: &str = "trace=fsync,fdatasync,sync,syncfs,sync_file_range,msync,re
 fn strace_available() -> bool {
     let ok = Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!(
-            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-             !!! SKIPPED: strace is not installed; the strace audit did NOT run. !!!\n\
-             !!! Install it (apt-get install strace; .ci/run does) and rerun.    !!!\n\
-             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-        );
+        crate::cannot_check("strace is not installed; the strace audit did NOT run");
     }
     ok
 }
@@ -246,4 +245,158 @@ fn strace_of_100_files_into_an_existing_target_shows_100_file_and_2_dir_fsyncs()
 fn materialise_again(target: &Path, old: &Disk) {
     std::fs::remove_dir_all(target).expect("remove");
     materialise(old, target);
+}
+
+/// A durable step as one comparable line: fsyncs and renames, paths
+/// relative to the parent (`.`), leftover names shortened (`<tmp>`).
+fn tokens_of_calls(calls: &[Call], parent: &Path) -> Vec<String> {
+    let parent = parent.to_str().expect("utf-8");
+    let rel = |path: &str| -> String {
+        let r = path.strip_prefix(parent).unwrap_or_else(|| panic!("outside the parent: {path}"));
+        let r = r.trim_start_matches('/');
+        if r.is_empty() { ".".to_owned() } else { crate::trace::short(r) }
+    };
+    let name = |quoted: &str| crate::trace::short(quoted.trim().trim_matches('"'));
+    calls
+        .iter()
+        .map(|call| {
+            assert_eq!(call.ret, "0", "{} failed: {call:?}", call.name);
+            let args: Vec<&str> = call.args.split(", ").collect();
+            match (call.name.as_str(), args.get(4).copied()) {
+                ("fsync", _) => format!("fsync {}", rel(&fd_path(&call.args))),
+                ("renameat", None) | ("renameat2", Some("0")) => {
+                    format!("rename(replace) {} -> {}", name(args[1]), name(args[3]))
+                }
+                ("renameat2", Some("RENAME_NOREPLACE")) => {
+                    format!("rename(noreplace) {} -> {}", name(args[1]), name(args[3]))
+                }
+                ("renameat2", Some("RENAME_EXCHANGE")) => {
+                    format!("exchange {} <-> {}", name(args[1]), name(args[3]))
+                }
+                _ => panic!("unexpected durability or rename call {}({})", call.name, call.args),
+            }
+        })
+        .collect()
+}
+
+/// The same lines from a recorded trace anchored at the parent.
+fn tokens_of_trace(trace: &[ROp]) -> Vec<String> {
+    let s = |p: &str| if p.is_empty() || p == "." { ".".to_owned() } else { crate::trace::short(p) };
+    trace
+        .iter()
+        .filter_map(|op| match op {
+            ROp::FsyncFile { path } | ROp::FsyncDir { path } => Some(format!("fsync {}", s(path))),
+            ROp::Rename { from, to, replace } => {
+                let how = if *replace { "replace" } else { "noreplace" };
+                Some(format!("rename({how}) {} -> {}", s(from), s(to)))
+            }
+            ROp::Exchange { a, b } => Some(format!("exchange {} <-> {}", s(a), s(b))),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn strace_of_a_file_write_matches_the_explored_sequence_for_a_create_and_a_replace() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    for sc in [scenarios::write_create(&mut ex), scenarios::write_replace(&mut ex)] {
+        let explored: Vec<ROp> = {
+            let out = ex.explore(&sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+            assert!(out.violations.is_empty(), "{}: {}", sc.name, out.violations[0]);
+            sc.steps.iter().map(|s| s.rop.clone()).collect()
+        };
+        let Some(Disk::File { data, mode }) = sc.expect.new.clone() else { panic!("a file") };
+        let work =
+            tempfile::Builder::new().prefix("crash-strace-").tempdir_in(crate::tmp_base()).expect("tempdir");
+        let parent = work.path().join("p");
+        std::fs::create_dir(&parent).expect("mkdir");
+        if let Some(old) = &sc.expect.old {
+            materialise(old, &parent.join("f"));
+        }
+        let src = work.path().join("src");
+        std::fs::write(&src, &data).expect("write src");
+        let mode_arg = format!("{mode:o}");
+        let args = [
+            Path::new("write"),
+            &parent.join("f"),
+            Path::new("--from"),
+            &src,
+            Path::new("--mode"),
+            Path::new(&mode_arg),
+        ];
+        let traced = tokens_of_calls(&strace(work.path(), &args), &parent);
+        println!("[strace] {}: {traced:?}", sc.name);
+        assert_eq!(
+            traced,
+            tokens_of_trace(&explored),
+            "{}: the binary's sequence is the explored one",
+            sc.name
+        );
+        assert_eq!(traced.len(), 3, "fsync of the temporary file, the rename, fsync of the directory");
+        let again = strace(work.path(), &args);
+        assert!(again.is_empty(), "an unchanged write issues no fsync and no rename: {again:?}");
+    }
+}
+
+/// certsync through `durasync run` (no compile cache, so nothing but the
+/// core renames or fsyncs): a manifest granting `root` as `certs`.
+fn certsync_manifest(work: &Path, root: &Path) -> PathBuf {
+    use sha2::Digest;
+    let wasm = crate::support::wasm::build("Cargo.toml", "certsync");
+    let sha = hex::encode(sha2::Sha256::digest(std::fs::read(&wasm).expect("read wasm")));
+    let manifest = work.join("plugin.toml");
+    let text = format!(
+        "name = \"certsync\"\nwasm = \"{}\"\nsha256 = \"{sha}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\n\
+         [config]\nconfigmaps = [{{ name = \"a\", optional = true }}]\n",
+        wasm.display(),
+        root.display()
+    );
+    std::fs::write(&manifest, text).expect("write manifest");
+    manifest
+}
+
+#[test]
+fn strace_of_a_plugins_sync_and_remove_through_durasync_run_matches_the_core_sequence() {
+    if !strace_available() {
+        return;
+    }
+    let work =
+        tempfile::Builder::new().prefix("crash-strace-").tempdir_in(crate::tmp_base()).expect("tempdir");
+    let root = work.path().join("certs");
+    let parent = root.join("configmaps");
+    std::fs::create_dir_all(&parent).expect("mkdir");
+    let manifest = certsync_manifest(work.path(), &root);
+    let object = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"},"data":{"f":"F","sub":"S"}}"#;
+    let with_a = work.path().join("with-a.json");
+    std::fs::write(
+        &with_a,
+        format!(r#"{{"apiVersion":"v1","kind":"List","items":[{object}],"metadata":{{}}}}"#),
+    )
+    .expect("input");
+    let without_a = work.path().join("without-a.json");
+    std::fs::write(&without_a, r#"{"apiVersion":"v1","kind":"List","items":[],"metadata":{}}"#)
+        .expect("input");
+    let run = |input: &Path| {
+        let args =
+            [Path::new("run"), manifest.as_path(), Path::new("--input"), input, Path::new("--no-cache")];
+        strace(work.path(), &args)
+    };
+
+    // The plugin's sync creates configmaps/a: the same N + D + 2 sequence.
+    let calls = run(&with_a);
+    let target = parent.join("a");
+    let new = crate::model::snapshot(&target);
+    let traced = durable_seq(&calls, &target, &new);
+    println!("[strace] plugin sync: {} fsyncs, swap {}", traced.fsyncs(), traced.swap);
+    assert_seq(&traced, &new, "RENAME_NOREPLACE");
+    assert!(run(&with_a).is_empty(), "an unchanged plugin sync issues no fsync and no rename");
+
+    // The optional object disappears: a durable removal, rename to trash then the commit fsync.
+    let traced = tokens_of_calls(&run(&without_a), &parent);
+    println!("[strace] plugin remove: {traced:?}");
+    assert_eq!(traced, ["rename(noreplace) a -> <trash>", "fsync ."]);
+    assert!(!target.exists());
 }
