@@ -1,4 +1,4 @@
-//! The library-go `atomicdir` / `fsutil` test matrix (upstream `atomicdir/swap_test.go`, `sync_test.go`), ported.
+//! The library-go `atomicdir` / `fsutil` test matrix (library-go `pkg/operator/staticpod/internal/atomicdir`), ported.
 
 use std::os::fd::AsFd;
 use std::path::Path;
