@@ -161,7 +161,8 @@ fn prepare(fx: &Fixture, input: &str) {
 /// The lines of the plugin's error message (one per attempt).
 fn attempt_lines(stderr: &str) -> Vec<String> {
     let msg = stderr.split_once("failed: ").map_or("", |(_, m)| m);
-    msg.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect()
+    // Later lines of a plugin's message are indented by the host.
+    msg.lines().map(|l| l.strip_prefix("  ").unwrap_or(l).to_owned()).filter(|l| !l.is_empty()).collect()
 }
 
 #[test]
