@@ -24,6 +24,14 @@ const PLUGIN_ERROR: i32 = 10;
 const PLUGIN_TRAP: i32 = 11;
 const POLICY: i32 = 12;
 
+/// The host's WIT version (from `wit/durasync.wit`) and the one the
+/// `newer-minor` plugin is built for (derived from it by its `build.rs`).
+fn wit_versions() -> (&'static str, String) {
+    let host = durasync::services::WIT_VERSION;
+    let (head, patch) = host.rsplit_once('.').unwrap();
+    (host, format!("{head}.{}", patch.parse::<u64>().unwrap() + 1))
+}
+
 fn wasm(package: &str) -> PathBuf {
     support::wasm::build(HOSTILE, package)
 }
@@ -312,13 +320,19 @@ fn exceeding_the_per_run_file_limit_fails_the_run_and_writes_nothing() {
 
 #[test]
 fn a_plugin_built_for_a_newer_minor_calling_a_missing_function_is_refused_precisely() {
+    let (host, newer) = wit_versions();
     refused(
         "newer-minor",
         "rw",
         "",
         "",
         POLICY,
-        &["durasync:plugin@0.1.1", "durasync:plugin/fs@0.1.1", "[method]dir.rename", "durasync:plugin@0.1.0"],
+        &[
+            &format!("durasync:plugin@{newer}"),
+            &format!("durasync:plugin/fs@{newer}"),
+            "[method]dir.rename",
+            &format!("durasync:plugin@{host}"),
+        ],
     );
 }
 
@@ -504,9 +518,10 @@ fn inspect_shows_hash_version_imports_exports_policy_and_describe() {
     assert_eq!(out.status.code(), Some(OK), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["sha256"], sha256(&std::fs::read(fx.path("plugin.wasm")).unwrap()));
-    assert_eq!(v["wit_version"], "0.1.0");
+    let (host, _) = wit_versions();
+    assert_eq!(v["wit_version"], host);
     assert_eq!(v["policy"], "pass");
-    assert!(v["imports"].as_array().unwrap().iter().any(|i| i == "durasync:plugin/fs@0.1.0"));
+    assert!(v["imports"].as_array().unwrap().iter().any(|i| *i == format!("durasync:plugin/fs@{host}")));
     assert!(v["exports"].as_array().unwrap().iter().any(|e| e == "run"));
     assert_eq!(v["describe"]["name"], "hostile");
     assert_eq!(v["describe"]["roots"], serde_json::json!(["data"]));
@@ -527,6 +542,6 @@ fn inspect_of_a_forbidden_plugin_names_the_import_and_fails() {
     let out = inspect(&wasm("newer-minor"), true);
     assert_eq!(out.status.code(), Some(POLICY));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["wit_version"], "0.1.1");
+    assert_eq!(v["wit_version"], wit_versions().1);
     assert!(v["problems"][0].as_str().unwrap().contains("[method]dir.rename"), "{v}");
 }

@@ -11,8 +11,9 @@ use super::capture::Capture;
 use super::errors::{Error, TrapReason, panic_message};
 use super::limiter::{MemoryLimiter, Watchdog};
 use super::policy::Interface;
+use super::request::{Info, RunOutcome, RunRequest};
 use super::state::State;
-use super::{Info, RunOutcome, RunRequest, bindings, wasi};
+use super::{bindings, wasi};
 use crate::services::{Limits, Operation, Session, limits};
 
 /// A loaded plugin: compiled, checked against the policy and linked.

@@ -9,8 +9,9 @@ use super::call::Plugin;
 use super::errors::Error;
 use super::manifest::Manifest;
 use super::policy::{self, Interface};
+use super::request::sha256_hex;
 use super::state::State;
-use super::{bindings, sha256_hex, wasi};
+use super::{bindings, wasi};
 
 /// The engine, the linker and the cache. Build one per process.
 pub struct Runtime {

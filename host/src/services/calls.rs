@@ -6,12 +6,12 @@
 use std::os::fd::AsFd;
 
 use super::checks::{check_depth, check_mode, refuse_link, subtree_deeper_than};
-use super::error::{Error, Result};
+use super::error::{Error, Result, core};
 use super::grant::{Dir, components, join};
 use super::limits::MAX_DEPTH;
 use super::operation::Done;
 use super::plan;
-use super::session::{Session, core};
+use super::session::Session;
 use crate::durable::{self, DirEntry, Outcome, Report, Tree};
 
 /// One regular file of a `sync`.

@@ -3,10 +3,9 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::error::{Error, Result};
+use super::error::{Error, Result, core};
 use super::grant::Dir;
 use super::limits::MAX_DEPTH;
-use super::session::core;
 use crate::durable::{self, EntryKind};
 
 /// The setuid, setgid and sticky bits.

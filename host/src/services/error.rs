@@ -101,6 +101,11 @@ pub fn from_core(e: &durable::Error) -> Error {
     }
 }
 
+/// [`from_core`] by value, for `map_err`.
+pub(crate) fn core(e: durable::Error) -> Error {
+    from_core(&e)
+}
+
 /// The result of a plugin's call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -5,11 +5,10 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::checks::stat_entry;
-use super::error::Result;
+use super::error::{Result, core};
 use super::grant::Dir;
 use super::limits::MAX_DEPTH;
 use super::operation::{Changes, Done};
-use super::session::core;
 use crate::durable::{self, EntryKind, Options, Outcome, Plan, Report, Tree};
 
 /// The parent `rel` beneath `dir`, or `None` when some part is missing.

@@ -9,7 +9,7 @@ use super::error::{Error, Result};
 use super::grant::{Dir, Grant};
 use super::limits::{Limits, MAX_OPEN_DIRS, human_ms};
 use super::operation::{Done, Operation};
-use crate::durable::{self, Options};
+use crate::durable::Options;
 
 /// What a run's log budget has taken so far.
 #[derive(Debug, Default, Clone, Copy)]
@@ -251,9 +251,4 @@ impl Session {
         self.operations.push(rec);
         out
     }
-}
-
-/// The contract error for a core error (shorthand for `map_err`).
-pub(crate) fn core(e: durable::Error) -> Error {
-    super::error::from_core(&e)
 }
