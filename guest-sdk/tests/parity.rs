@@ -8,8 +8,11 @@
 #[path = "../../tests/support/wasm.rs"]
 mod wasm;
 
+#[path = "../../tests/support/snapshot.rs"]
+mod snapshot;
+
 use std::collections::BTreeMap;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use durasync::runtime::{CacheConfig, Manifest, Operation, RunRequest, Runtime};
@@ -47,34 +50,14 @@ fn seed(roots: &Path) {
     assert!(fifo.success(), "mkfifo failed");
 }
 
-fn snapshot(path: &Path, rel: &str, out: &mut BTreeMap<String, String>) {
-    let meta = std::fs::symlink_metadata(path).unwrap();
-    let mode = meta.mode() & 0o7777;
-    let ft = meta.file_type();
-    if ft.is_symlink() {
-        out.insert(rel.into(), format!("link -> {}", std::fs::read_link(path).unwrap().display()));
-    } else if ft.is_dir() {
-        out.insert(rel.into(), format!("dir {mode:o}"));
-        for e in std::fs::read_dir(path).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().into_string().unwrap();
-            // Leftover names are random; none may remain after a run.
-            assert!(!name.starts_with(".durasync-"), "a leftover remained: {rel}/{name}");
-            snapshot(&e.path(), &format!("{rel}/{name}"), out);
-        }
-    } else if ft.is_file() {
-        let bytes = std::fs::read(path).unwrap();
-        out.insert(rel.into(), format!("file {mode:o} {}", String::from_utf8_lossy(&bytes)));
-    } else {
-        out.insert(rel.into(), format!("other {mode:o}"));
-    }
-}
-
 fn disk(roots: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for top in ["data", "ro", "outside"] {
-        snapshot(&roots.join(top), top, &mut out);
+        snapshot::snapshot(&roots.join(top), top, &mut out);
     }
+    // Leftover names are random; none may remain after a run.
+    let leftovers: Vec<&String> = out.keys().filter(|k| k.contains("/.durasync-")).collect();
+    assert!(leftovers.is_empty(), "leftovers remained: {leftovers:?}");
     out
 }
 

@@ -85,7 +85,7 @@ impl Fixture {
     fn snapshot(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         for top in ["data", "outside", "x"] {
-            snapshot(&self.path(top), top, &mut out);
+            support::snapshot::snapshot(&self.path(top), top, &mut out);
         }
         out
     }
@@ -100,25 +100,6 @@ fn shared_cache() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     dir
-}
-
-/// Kind, mode and bytes (or link target) of every entry, links not followed.
-fn snapshot(path: &Path, rel: &str, out: &mut BTreeMap<String, String>) {
-    let meta = std::fs::symlink_metadata(path).unwrap();
-    let mode = meta.mode() & 0o7777;
-    if meta.file_type().is_symlink() {
-        out.insert(rel.into(), format!("link -> {}", std::fs::read_link(path).unwrap().display()));
-    } else if meta.is_dir() {
-        out.insert(rel.into(), format!("dir {mode:o}"));
-        for e in std::fs::read_dir(path).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().into_string().unwrap();
-            snapshot(&e.path(), &format!("{rel}/{name}"), out);
-        }
-    } else {
-        let bytes = std::fs::read(path).unwrap();
-        out.insert(rel.into(), format!("file {mode:o} {}", String::from_utf8_lossy(&bytes)));
-    }
 }
 
 /// Output as text, without the terminal colour codes of the log.
