@@ -10,6 +10,8 @@
 #[allow(dead_code)]
 mod support;
 
+mod containment;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -196,9 +196,11 @@ fn trap_error(e: wasmtime::Error, left: Leftovers) -> Result<Vec<Operation>, Err
         },
         Some(c) => match panic_message(&stderr) {
             Some(message) => TrapReason::Panic { message },
-            None => TrapReason::Other { message: describe_trap(&c.error) },
+            None => {
+                TrapReason::Other { message: trap_reason(&c.error), backtrace: backtrace(&c.error).into() }
+            }
         },
-        None => TrapReason::Other { message: describe_trap(&e) },
+        None => TrapReason::Other { message: trap_reason(&e), backtrace: backtrace(&e).into() },
     };
     // A panic's message already is the end of its stderr.
     let tail = if matches!(reason, TrapReason::Panic { .. }) { String::new() } else { tail };
@@ -242,28 +244,26 @@ fn stderr_tail(stderr: &str) -> String {
     tail
 }
 
-/// A trap's reason first, then its wasm backtrace, trimmed.
-fn describe_trap(e: &wasmtime::Error) -> String {
-    let reason = match e.downcast_ref::<Trap>() {
-        Some(trap) => format!("wasm trap: {trap}"),
+/// Why a call trapped, in one line: the trap itself, not where it was.
+fn trap_reason(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
         None => e.root_cause().to_string(),
-    };
-    match e.downcast_ref::<wasmtime::WasmBacktrace>() {
-        Some(bt) => {
-            let text = bt.to_string();
-            let frames: Vec<&str> = text.lines().skip(1).filter(|l| !l.trim().is_empty()).collect();
-            let mut out = format!("{reason}\nwasm backtrace:");
-            for line in frames.iter().take(BACKTRACE_LINES) {
-                out.push('\n');
-                out.push_str(line);
-            }
-            if frames.len() > BACKTRACE_LINES {
-                out.push_str(&format!("\n  … {} more lines", frames.len() - BACKTRACE_LINES));
-            }
-            out
-        }
-        None => reason,
     }
+}
+
+/// The first frames of a trap's wasm backtrace (empty when it has none).
+fn backtrace(e: &wasmtime::Error) -> String {
+    let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>() else {
+        return String::new();
+    };
+    let text = bt.to_string();
+    let frames: Vec<&str> = text.lines().skip(1).filter(|l| !l.trim().is_empty()).collect();
+    let mut out = frames.iter().take(BACKTRACE_LINES).copied().collect::<Vec<_>>().join("\n");
+    if frames.len() > BACKTRACE_LINES {
+        out.push_str(&format!("\n  … {} more lines", frames.len() - BACKTRACE_LINES));
+    }
+    out
 }
 
 /// A failed call with what the store knew about why.

@@ -59,8 +59,11 @@ pub enum TrapReason {
     },
     /// Any other trap (bad memory access, unreachable, stack overflow, ...).
     Other {
-        /// The trap's reason, then its wasm backtrace (trimmed).
+        /// The trap's reason.
         message: String,
+        /// Its wasm backtrace, trimmed (empty when there is none); shown
+        /// after the guest's stderr.
+        backtrace: Box<str>,
     },
 }
 
@@ -82,7 +85,7 @@ impl std::fmt::Display for TrapReason {
                 human_bytes(*limit)
             ),
             TrapReason::Panic { message } => write!(f, "panicked: {message}"),
-            TrapReason::Other { message } => write!(f, "trapped: {message}"),
+            TrapReason::Other { message, .. } => write!(f, "trapped: {message}"),
         }
     }
 }
@@ -120,7 +123,7 @@ pub enum Error {
         reason: String,
     },
     /// The plugin trapped or hit a limit.
-    #[error("plugin {plugin} {reason}{}", stderr_note(.stderr))]
+    #[error("plugin {plugin} {reason}{}{}", stderr_note(.stderr), backtrace_note(.reason))]
     Trap {
         /// The plugin's name.
         plugin: String,
@@ -176,6 +179,16 @@ impl Error {
 
     pub(crate) fn engine(what: &str, e: wasmtime::Error) -> Self {
         Error::Io { what: what.to_owned(), source: std::io::Error::other(format!("{e:#}")) }
+    }
+}
+
+/// A trap's wasm backtrace, last.
+fn backtrace_note(reason: &TrapReason) -> String {
+    match reason {
+        TrapReason::Other { backtrace, .. } if !backtrace.is_empty() => {
+            format!("\nwasm backtrace:\n{backtrace}")
+        }
+        _ => String::new(),
     }
 }
 

@@ -252,3 +252,69 @@ impl Session {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::services::{Access, File};
+
+    fn session(dir: &std::path::Path, limits: Limits) -> Session {
+        let grant = Grant::open(dir, Access::ReadWrite, false).unwrap();
+        Session::new("t", [("data".to_owned(), grant)].into(), limits, false)
+    }
+
+    #[test]
+    fn no_call_starts_once_the_deadline_has_passed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = session(tmp.path(), Limits::default());
+        let root = s.open_root("data").unwrap();
+        let past = Instant::now().checked_sub(Duration::from_millis(1)).unwrap();
+        let mut s = s.with_deadline(past);
+        let err = s.write_file(&root, "f", b"x", 0o644).unwrap_err();
+        assert!(matches!(&err, Error::Limit(m) if m.contains("timed out")), "{err}");
+        assert!(s.timed_out());
+        assert!(s.read_file(&root, "f").is_err());
+        assert!(!tmp.path().join("f").exists(), "the call ran");
+        assert!(!tmp.path().join(crate::durable::names::LOCK_NAME).exists(), "the core was reached");
+    }
+
+    #[test]
+    fn once_a_budget_is_spent_every_later_call_is_refused_with_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let limits = Limits { write_files: 1, ..Limits::default() };
+        let mut s = session(tmp.path(), limits);
+        let root = s.open_root("data").unwrap();
+        let two = vec![
+            File { name: "a".into(), contents: b"1".to_vec(), mode: 0o644 },
+            File { name: "b".into(), contents: b"2".to_vec(), mode: 0o644 },
+        ];
+        let err = s.sync(&root, "d", two).unwrap_err();
+        assert!(matches!(&err, Error::Limit(m) if m.contains("limits.write_files")), "{err}");
+        let again = s.read_file(&root, "anything").unwrap_err();
+        assert_eq!(again, err, "a later call gets the same limit");
+        assert_eq!(s.limit_hit(), Some(err.message()));
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "nothing was touched");
+    }
+
+    #[test]
+    fn depth_counts_from_the_root_whatever_the_handle() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = session(tmp.path(), Limits::default());
+        let root = s.open_root("data").unwrap();
+        let sixty = ["d"; 60].join("/");
+        s.sync(&root, &sixty, Vec::new()).unwrap();
+        let mid = s.open_dir(&root, &sixty).unwrap();
+        s.sync(&mid, &sixty, Vec::new()).unwrap();
+        let deep = s.open_dir(&mid, &sixty).unwrap();
+        assert_eq!(deep.depth, 120);
+        let file = || File { name: "f".into(), contents: Vec::new(), mode: 0o644 };
+        // 120 + 7 + the file = 128: allowed; one more level is not.
+        s.sync(&deep, &["d"; 7].join("/"), vec![file()]).unwrap();
+        let err = s.sync(&deep, &["d"; 8].join("/"), vec![file()]).unwrap_err();
+        assert!(matches!(&err, Error::Limit(m) if m.contains("129 directory levels")), "{err}");
+        let err = s.write_file(&deep, &["e"; 9].join("/"), b"", 0o644).unwrap_err();
+        assert!(matches!(&err, Error::Limit(_)), "{err}");
+    }
+}
