@@ -10,6 +10,7 @@
 #[allow(dead_code)]
 mod support;
 
+mod compile;
 mod containment;
 
 use std::collections::BTreeMap;

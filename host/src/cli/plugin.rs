@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::json;
 
-use durasync::runtime::{self, CacheConfig, Manifest, Operation, RunRequest, Runtime};
+use durasync::runtime::{self, CacheConfig, CacheStatus, Manifest, Operation, RunRequest, Runtime};
 use durasync::services::text::{escape_all, escape_json_c1, escape_lines};
 
 use super::exit;
@@ -39,6 +39,17 @@ pub struct RunArgs {
     /// Compile the plugin every time; never read or write the cache.
     #[arg(long, conflicts_with = "cache_dir")]
     pub no_cache: bool,
+}
+
+/// `durasync compile MANIFEST...`
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// The plugins' manifests (`plugin.toml`).
+    #[arg(required = true)]
+    pub manifests: Vec<PathBuf>,
+    /// Where compiled plugins are cached (default `$XDG_CACHE_HOME/durasync`).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// `durasync inspect PLUGIN.wasm|MANIFEST`
@@ -136,6 +147,26 @@ fn print_operations(ops: &[Operation]) {
 /// Where the second and later lines of a plugin's multi-line result start:
 /// indented, so no line a plugin writes can pass for one of the host's.
 pub const RESULT_INDENT: &str = "  ";
+
+/// Precompile each manifest's component into the cache (checking its pin
+/// and the policy first), one line per manifest; stops at the first failure.
+pub fn compile(args: &CompileArgs) -> Result<()> {
+    let cache = args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir);
+    let runtime = Runtime::new(&cache)?;
+    for path in &args.manifests {
+        let manifest = Manifest::load(path)?;
+        let start = std::time::Instant::now();
+        let (status, artifact) = runtime.precompile(&manifest)?;
+        let ms = start.elapsed().as_millis();
+        let what = match status {
+            CacheStatus::Hit => "cached".to_owned(),
+            CacheStatus::Stale(why) => format!("recompiled ({})", escape_all(&why)),
+            CacheStatus::Miss | CacheStatus::Disabled => "compiled".to_owned(),
+        };
+        println!("{what} {} ({}) in {ms} ms: {}", manifest.name, path.display(), artifact.display());
+    }
+    Ok(())
+}
 
 pub fn inspect(args: &InspectArgs) -> Result<()> {
     let is_manifest = args.target.extension().is_some_and(|e| e == "toml");

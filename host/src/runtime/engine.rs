@@ -108,6 +108,31 @@ impl Runtime {
         self.link(&manifest.name, compiled)
     }
 
+    /// Compile the manifest's component into the cache ahead of time (after
+    /// checking its pin and the policy), so a later `run` loads it
+    /// precompiled. Returns what the cache did and where the artifact is.
+    pub fn precompile(&self, manifest: &Manifest) -> Result<(CacheStatus, std::path::PathBuf), Error> {
+        let wasm = Self::read_pinned(manifest)?;
+        let compiled = self.compile(&manifest.name, &wasm)?;
+        let status = compiled.cache.clone();
+        let path = self.cache.path(&self.engine, &compiled.sha256);
+        self.link(&manifest.name, compiled)?;
+        let no_cache = |why: String| Error::Io {
+            what: format!("caching {}", manifest.name),
+            source: std::io::Error::other(why),
+        };
+        let path = path.ok_or_else(|| {
+            no_cache("no cache directory: set XDG_CACHE_HOME or HOME, or pass --cache-dir".into())
+        })?;
+        if !path.is_file() {
+            return Err(no_cache(format!(
+                "the compiled component could not be stored as {}",
+                path.display()
+            )));
+        }
+        Ok((status, path))
+    }
+
     /// The engine (for tests that need to precompile with it).
     pub fn engine(&self) -> &Engine {
         &self.engine
