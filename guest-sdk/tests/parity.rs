@@ -211,8 +211,11 @@ dir 0 gone-soon
 remove 0 gone-soon
 list 3 ''
 write 3 f x 644
-# the depth limit, counted from the root
+# the depth limit, counted from the root, also for what an exchange moves
 deep 0 140
+sync 0 m2/y f=1:644
+exchange 0 d m2/y
+exchange 0 m2/y d
 ";
 
 #[test]
@@ -231,6 +234,7 @@ fn the_runtime_and_the_native_harness_agree_on_every_call() {
         "one contains the other",
         "of this handle was removed",
         "stopped at level 128: Limit(",
+        "exchanging would move \\\"d\\\" 1 level deeper",
         "Ok(Report { outcome: Unchanged",
         "Ok(Report { outcome: Replaced",
         "Ok(Report { outcome: Created",

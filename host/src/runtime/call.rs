@@ -164,7 +164,7 @@ fn trap_error(e: wasmtime::Error, left: Leftovers) -> Result<Vec<Operation>, Err
     let stderr = stderr.text();
     let out = stdout.text();
     if !out.is_empty() {
-        tracing::debug!(plugin = %session.plugin(), "guest stdout: {out}");
+        tracing::debug!(plugin = %session.plugin(), "guest stdout: {}", crate::services::text::escape_all(&out));
     }
     let limits = *session.limits();
     let plugin = session.plugin().to_owned();

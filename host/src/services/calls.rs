@@ -190,11 +190,12 @@ impl Session {
         let (da, db) = (dir.depth + components(a), dir.depth + components(b));
         for (fd, name, path, from, to) in [(&fa, na, a, da, db), (&fb, nb, b, db, da)] {
             if to > from && subtree_deeper_than(fd.as_fd(), name, MAX_DEPTH.saturating_sub(to))? {
+                let levels =
+                    if to - from == 1 { "1 level".to_owned() } else { format!("{} levels", to - from) };
                 return Err(Error::Limit(format!(
-                    "exchanging would move {:?} {} levels deeper, past the limit of {MAX_DEPTH} \
+                    "exchanging would move {:?} {levels} deeper, past the limit of {MAX_DEPTH} \
                      directory levels below root `{}`",
                     dir.full(path),
-                    to - from,
                     dir.root
                 )));
             }
