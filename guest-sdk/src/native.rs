@@ -1,25 +1,18 @@
-//! The native backend: the same calls, served by the host's own durable
-//! core on the roots of the [`testing::Host`](crate::testing::Host) that
-//! is running the plugin on this thread. Path rules, outcomes and errors
-//! are the host's, because the code is the host's.
+//! The native backend: the same calls, served by the host's own plugin
+//! services ([`durasync::services`]) on the roots of the
+//! [`testing::Host`](crate::testing::Host) that is running the plugin on
+//! this thread. Access checks, path and mode rules, the depth limit, the
+//! per-run budgets, dry runs, outcomes and errors are the host's, because
+//! the code is the host's: this file only converts types.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
 use std::rc::Rc;
 
-use durasync::durable::{self, Options, Tree};
+use durasync::services::{self, Session};
 
 use crate::{Entry, EntryKind, Error, File, Level, Outcome, Report, Result};
-
-/// One granted root of the fake host.
-#[derive(Debug, Clone)]
-pub(crate) struct RootSpec {
-    pub path: PathBuf,
-    pub writable: bool,
-}
 
 /// Which durable operation a plugin asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,11 +58,26 @@ pub struct Operation {
 }
 
 /// What the fake host keeps for one [`testing::Host`](crate::testing::Host).
-#[derive(Default)]
 pub(crate) struct State {
-    pub roots: RefCell<BTreeMap<String, RootSpec>>,
+    /// The run's session: grants, limits, budgets, the operation record.
+    pub session: RefCell<Session>,
     pub operations: RefCell<Vec<Operation>>,
     pub logs: RefCell<Vec<(Level, String)>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            session: RefCell::new(Session::new(
+                "plugin under test",
+                BTreeMap::new(),
+                Default::default(),
+                false,
+            )),
+            operations: RefCell::default(),
+            logs: RefCell::default(),
+        }
+    }
 }
 
 thread_local! {
@@ -96,22 +104,23 @@ fn current() -> Option<Rc<State>> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
-/// What an operation that changed nothing reports.
-const NOTHING: Report = Report { outcome: Outcome::Unchanged, written: 0, removed: 0 };
-
 /// A directory handle of the fake host.
 pub struct Dir {
-    fd: OwnedFd,
-    root: String,
-    /// Its path relative to the root (`""` for the root).
-    prefix: String,
-    writable: bool,
+    dir: services::Dir,
     state: Rc<State>,
 }
 
 impl fmt::Debug for Dir {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Dir").field("root", &self.root).field("path", &self.prefix).finish()
+        f.debug_struct("Dir").field("root", &self.dir.root()).field("path", &self.dir.path()).finish()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        if let Ok(mut session) = self.state.session.try_borrow_mut() {
+            session.handle_dropped();
+        }
     }
 }
 
@@ -122,162 +131,69 @@ pub fn open_root(name: &str) -> Result<Dir> {
              durasync_guest::testing::Host)"
         )));
     };
-    let spec = state.roots.borrow().get(name).cloned();
-    let Some(spec) = spec else {
-        let granted: Vec<String> = state.roots.borrow().keys().cloned().collect();
-        let granted = if granted.is_empty() { "none".to_owned() } else { granted.join(", ") };
-        return Err(Error::NotGranted(format!(
-            "root `{name}` is not granted to plugin under test (granted: {granted})"
-        )));
-    };
-    let file = std::fs::File::open(&spec.path)
-        .map_err(|e| Error::Io(format!("open root {name:?} at {}: {e}", spec.path.display())))?;
-    Ok(Dir { fd: file.into(), root: name.to_owned(), prefix: String::new(), writable: spec.writable, state })
+    let dir = state.session.borrow_mut().open_root(name).map_err(error)?;
+    Ok(Dir { dir, state })
 }
 
 impl Dir {
-    fn full(&self, path: &str) -> String {
-        match (self.prefix.as_str(), path) {
-            ("", p) => p.to_owned(),
-            (pre, "" | ".") => pre.to_owned(),
-            (pre, p) => format!("{pre}/{p}"),
-        }
-    }
-
-    fn check_writable(&self, path: &str) -> Result<()> {
-        if self.writable {
-            Ok(())
-        } else {
-            Err(Error::ReadOnly(format!(
-                "{}: root `{}` is granted read-only; the manifest must say access = \"rw\" to write to it",
-                self.full(path),
-                self.root
-            )))
-        }
-    }
-
-    fn record(&self, op: Op, path: String, result: &Result<Report>) {
+    /// Run a recorded call and keep its record, with the typed result.
+    fn mutate<T>(
+        &self,
+        op: Op,
+        f: impl FnOnce(&mut Session, &services::Dir) -> services::Result<T>,
+    ) -> Result<T> {
+        let mut session = self.state.session.borrow_mut();
+        let result = f(&mut session, &self.dir).map_err(error);
+        let rec = session.operations().last().expect("every mutating call is recorded");
+        let recorded = match &result {
+            Ok(_) => Ok(rec.report().map(report).expect("a successful call records its outcome")),
+            Err(e) => Err(e.clone()),
+        };
         self.state.operations.borrow_mut().push(Operation {
-            root: self.root.clone(),
-            path,
+            root: rec.root.clone(),
+            path: rec.path.clone(),
             op,
-            result: result.clone(),
+            result: recorded,
         });
+        result
     }
 
     pub fn sync(&self, path: &str, files: Vec<File>) -> Result<Report> {
-        let result = self.sync_inner(path, files);
-        self.record(Op::Sync, self.full(path), &result);
-        result
-    }
-
-    fn sync_inner(&self, path: &str, files: Vec<File>) -> Result<Report> {
-        self.check_writable(path)?;
-        let opts = Options::default();
-        let mut tree = Tree::new();
-        let (parent, name) = durable::split_last(path).map_err(error)?;
-        for f in files {
-            tree.add_file(&f.name, f.contents, f.mode).map_err(error)?;
-        }
-        tree.check_limits(&opts.limits).map_err(error)?;
-        let parent = durable::create_dirs_beneath(self.fd.as_fd(), parent, &opts).map_err(error)?;
-        durable::sync_dir(parent.as_fd(), name, &tree, &opts).map(report).map_err(error)
+        let files = files
+            .into_iter()
+            .map(|f| services::File { name: f.name, contents: f.contents, mode: f.mode })
+            .collect();
+        self.mutate(Op::Sync, |s, d| s.sync(d, path, files)).map(report)
     }
 
     pub fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<Report> {
-        let result = (|| {
-            self.check_writable(path)?;
-            let (parent, name) = durable::split_last(path).map_err(error)?;
-            if mode & !durable::tree::MODE_MASK != 0 {
-                return Err(error(durable::Error::InvalidMode { path: path.to_owned(), mode }));
-            }
-            let opts = Options::default();
-            let parent = durable::create_dirs_beneath(self.fd.as_fd(), parent, &opts).map_err(error)?;
-            durable::write_file(parent.as_fd(), name, contents, Some(mode), &opts).map(report).map_err(error)
-        })();
-        self.record(Op::WriteFile, self.full(path), &result);
-        result
+        self.mutate(Op::WriteFile, |s, d| s.write_file(d, path, contents, mode)).map(report)
     }
 
     pub fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>> {
-        durable::read_file(self.fd.as_fd(), path).map_err(error)
+        self.state.session.borrow_mut().read_file(&self.dir, path).map_err(error)
     }
 
     pub fn list_dir(&self, path: &str) -> Result<Vec<Entry>> {
-        let entries = durable::list_dir(self.fd.as_fd(), path).map_err(error)?;
-        Ok(entries
-            .into_iter()
-            .map(|e| Entry {
-                name: e.name,
-                kind: match e.kind {
-                    durable::EntryKind::File => EntryKind::File,
-                    durable::EntryKind::Directory => EntryKind::Directory,
-                    durable::EntryKind::Symlink => EntryKind::Symlink,
-                    durable::EntryKind::Other => EntryKind::Other,
-                },
-            })
-            .collect())
+        let entries = self.state.session.borrow_mut().list_dir(&self.dir, path).map_err(error)?;
+        Ok(entries.into_iter().map(|e| Entry { name: e.name, kind: kind(e.kind) }).collect())
     }
 
     pub fn remove(&self, path: &str) -> Result<bool> {
-        let result = (|| {
-            self.check_writable(path)?;
-            let (parent, name) = durable::split_last(path).map_err(error)?;
-            let parent = match durable::open_beneath(self.fd.as_fd(), parent) {
-                Ok(fd) => fd,
-                // Nothing is there when a parent is missing.
-                Err(durable::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => return Err(error(e)),
-            };
-            durable::remove(parent.as_fd(), name, &Options::default()).map(|r| r.map(report)).map_err(error)
-        })();
-        let recorded = result.clone().map(|r| r.unwrap_or(NOTHING));
-        self.record(Op::Remove, self.full(path), &recorded);
-        result.map(|r| r.is_some())
+        self.mutate(Op::Remove, |s, d| s.remove(d, path))
     }
 
     pub fn exchange(&self, a: &str, b: &str) -> Result<()> {
-        let result = self.exchange_inner(a, b);
-        let shown = format!("{} <-> {}", self.full(a), self.full(b));
-        self.record(Op::Exchange, shown, &result.clone().map(|()| NOTHING));
-        result
-    }
-
-    fn exchange_inner(&self, a: &str, b: &str) -> Result<()> {
-        self.check_writable(a)?;
-        let (pa, na) = durable::split_last(a).map_err(error)?;
-        let (pb, nb) = durable::split_last(b).map_err(error)?;
-        let da = durable::open_beneath(self.fd.as_fd(), pa).map_err(error)?;
-        let db = durable::open_beneath(self.fd.as_fd(), pb).map_err(error)?;
-        durable::exchange(da.as_fd(), na, db.as_fd(), nb, &Options::default()).map_err(error)
+        self.mutate(Op::Exchange, |s, d| s.exchange(d, a, b))
     }
 
     pub fn fsync(&self, path: &str) -> Result<()> {
-        let result = self.fsync_inner(path);
-        self.record(Op::Fsync, self.full(path), &result.clone().map(|()| NOTHING));
-        result
-    }
-
-    // fsync changes no contents, so a read-only root allows it.
-    fn fsync_inner(&self, path: &str) -> Result<()> {
-        let opts = Options::default();
-        if path.is_empty() || path == "." {
-            return durable::fsync(self.fd.as_fd(), None, &opts).map_err(error);
-        }
-        let (parent, name) = durable::split_last(path).map_err(error)?;
-        let parent = durable::open_beneath(self.fd.as_fd(), parent).map_err(error)?;
-        durable::fsync(parent.as_fd(), Some(name), &opts).map_err(error)
+        self.mutate(Op::Fsync, |s, d| s.fsync(d, path))
     }
 
     pub fn open_dir(&self, path: &str) -> Result<Dir> {
-        let fd = durable::open_beneath(self.fd.as_fd(), path).map_err(error)?;
-        Ok(Dir {
-            fd,
-            root: self.root.clone(),
-            prefix: self.full(path),
-            writable: self.writable,
-            state: self.state.clone(),
-        })
+        let dir = self.state.session.borrow_mut().open_dir(&self.dir, path).map_err(error)?;
+        Ok(Dir { dir, state: self.state.clone() })
     }
 }
 
@@ -289,32 +205,39 @@ pub fn log(level: Level, message: &str) {
     eprintln!("[{level:?}] {message}");
 }
 
-fn report(r: durable::Report) -> Report {
+fn report(r: durasync::durable::Report) -> Report {
+    use durasync::durable::Outcome as O;
     let outcome = match r.outcome {
-        durable::Outcome::Unchanged => Outcome::Unchanged,
-        durable::Outcome::Created => Outcome::Created,
-        durable::Outcome::Replaced => Outcome::Replaced,
-        durable::Outcome::Removed => Outcome::Removed,
+        O::Unchanged => Outcome::Unchanged,
+        O::Created => Outcome::Created,
+        O::Replaced => Outcome::Replaced,
+        O::Removed => Outcome::Removed,
     };
     Report { outcome, written: r.written, removed: r.removed }
 }
 
-/// The core's error as the WIT variant a plugin receives: the same mapping
-/// as the host's runtime (`host/src/runtime/errors.rs`, `to_wit`).
-fn error(e: durable::Error) -> Error {
-    use durable::Error as E;
-    let message = e.to_string();
+fn kind(k: durasync::durable::EntryKind) -> EntryKind {
+    use durasync::durable::EntryKind as K;
+    match k {
+        K::File => EntryKind::File,
+        K::Directory => EntryKind::Directory,
+        K::Symlink => EntryKind::Symlink,
+        K::Other => EntryKind::Other,
+    }
+}
+
+/// The services' error as the SDK's: the variants are the same.
+fn error(e: services::Error) -> Error {
+    use services::Error as E;
     match e {
-        E::InvalidPath { .. } | E::Duplicate { .. } | E::InvalidMode { .. } | E::Symlink { .. } => {
-            Error::InvalidPath(message)
-        }
-        E::NotFound { .. } => Error::NotFound(message),
-        E::NotADirectory { .. } => Error::NotADirectory(message),
-        E::Limit { .. } => Error::Limit(message),
-        E::Unsupported { .. } => Error::Unsupported(message),
-        E::Committed { .. } => Error::Committed(message),
-        E::NotAFile { .. } | E::UnsupportedEntry { .. } | E::Io { .. } | E::Cancelled { .. } => {
-            Error::Io(message)
-        }
+        E::InvalidPath(m) => Error::InvalidPath(m),
+        E::NotGranted(m) => Error::NotGranted(m),
+        E::ReadOnly(m) => Error::ReadOnly(m),
+        E::NotFound(m) => Error::NotFound(m),
+        E::NotADirectory(m) => Error::NotADirectory(m),
+        E::Limit(m) => Error::Limit(m),
+        E::Unsupported(m) => Error::Unsupported(m),
+        E::Committed(m) => Error::Committed(m),
+        E::Io(m) => Error::Io(m),
     }
 }

@@ -3,10 +3,11 @@
 //! directory.
 //!
 //! The fake host serves every [`Dir`](crate::Dir) call with the durasync
-//! host's own durable core, so the path rules, the outcomes (`unchanged`
+//! host's own plugin services (`durasync::services`), the code `durasync
+//! run` uses: the access checks, path and mode rules, the depth limit, the
+//! per-run caps on bytes and files, dry runs, the outcomes (`unchanged`
 //! when nothing changes) and the errors are the real ones. What it does not
-//! model: the sandbox's fuel, memory and time limits, and the per-run caps
-//! on bytes, files and log volume.
+//! model: the sandbox's fuel, memory and time limits and the log volume cap.
 //!
 //! ```
 //! use durasync_guest::testing::Host;
@@ -32,16 +33,35 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use durasync::services::{Access, Grant, Session};
+
 use crate::Level;
 use crate::Plugin;
-use crate::backend::{Enter, RootSpec, State};
+use crate::backend::{Enter, State};
 
 pub use crate::backend::{Op, Operation};
+/// The per-run limits (`[limits]` of a manifest); the harness enforces the
+/// bytes and files written per run.
+pub use durasync::services::Limits;
+/// What `durasync run --json` lists for each operation (`outcome`, `plan`, …).
+pub use durasync::services::Operation as Record;
+
+/// One granted root of the fake host.
+#[derive(Debug, Clone)]
+struct RootSpec {
+    path: PathBuf,
+    access: Access,
+    special_modes: bool,
+}
 
 /// A fake host: named roots in a temporary directory (removed on drop).
 pub struct Host {
     dir: tempfile::TempDir,
     state: Rc<State>,
+    roots: BTreeMap<String, RootSpec>,
+    name: String,
+    limits: Limits,
+    dry_run: bool,
 }
 
 impl Default for Host {
@@ -54,45 +74,103 @@ impl Host {
     /// A host that grants no roots yet.
     pub fn new() -> Self {
         let dir = tempfile::Builder::new().prefix("durasync-guest-").tempdir().expect("creating a temp dir");
-        Host { dir, state: Rc::default() }
+        let host = Host {
+            dir,
+            state: Rc::default(),
+            roots: BTreeMap::new(),
+            name: "under test".into(),
+            limits: Limits::default(),
+            dry_run: false,
+        };
+        host.reset();
+        host
+    }
+
+    /// The same host, naming the plugin `name` in messages (as a manifest's
+    /// `name` does).
+    #[must_use]
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self.reset();
+        self
+    }
+
+    /// The same host with these per-run limits.
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self.reset();
+        self
+    }
+
+    /// The same host, planning every change instead of making it (as
+    /// `durasync run --dry-run`).
+    #[must_use]
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self.reset();
+        self
+    }
+
+    /// Grant the root `name` read-write and allow setuid, setgid and sticky
+    /// bits in it (`special_modes = true` in a manifest).
+    #[must_use]
+    pub fn root_with_special_modes(self, name: &str) -> Self {
+        self.grant(name, Access::ReadWrite, true)
+    }
+
+    /// A fresh session (a new run): the grants, the limits, empty budgets.
+    fn reset(&self) {
+        let mut session = Session::new(&self.name, BTreeMap::new(), self.limits, self.dry_run);
+        for (name, spec) in &self.roots {
+            let grant =
+                Grant::open(&spec.path, spec.access, spec.special_modes).expect("opening a root folder");
+            session.grant(name, grant);
+        }
+        *self.state.session.borrow_mut() = session;
     }
 
     /// Grant the root `name` read-write, as an empty folder of the temp dir.
     #[must_use]
     pub fn root(self, name: &str) -> Self {
-        self.grant(name, true)
+        self.grant(name, Access::ReadWrite, false)
     }
 
     /// Grant the root `name` read-only, as an empty folder of the temp dir
     /// (fill it through [`Host::path`] before running the plugin).
     #[must_use]
     pub fn read_only_root(self, name: &str) -> Self {
-        self.grant(name, false)
+        self.grant(name, Access::ReadOnly, false)
     }
 
-    fn grant(self, name: &str, writable: bool) -> Self {
+    fn grant(mut self, name: &str, access: Access, special_modes: bool) -> Self {
         let path = self.dir.path().join("roots").join(name);
         std::fs::create_dir_all(&path).expect("creating a root folder");
-        self.state.roots.borrow_mut().insert(name.to_owned(), RootSpec { path, writable });
+        self.roots.insert(name.to_owned(), RootSpec { path, access, special_modes });
+        self.reset();
         self
     }
 
     /// The folder that backs the root `name`.
     pub fn path(&self, root: &str) -> PathBuf {
-        let roots = self.state.roots.borrow();
-        roots.get(root).unwrap_or_else(|| panic!("root {root:?} was not granted")).path.clone()
+        self.roots.get(root).unwrap_or_else(|| panic!("root {root:?} was not granted")).path.clone()
     }
 
     /// Run the plugin `P` once, as `durasync run` would: `config` is the
     /// `[config]` table as JSON, `input` the bytes of `--input`.
+    /// Each run starts with fresh per-run budgets, as in the real host.
     pub fn run<P: Plugin>(&self, config: &str, input: &[u8]) -> Run {
+        self.reset();
         let ops_before = self.state.operations.borrow().len();
         let logs_before = self.state.logs.borrow().len();
         let result = self.enter(|| crate::__private::run::<P>(config, input));
+        let session = self.state.session.borrow();
         Run {
             result,
             operations: self.state.operations.borrow()[ops_before..].to_vec(),
             logs: self.state.logs.borrow()[logs_before..].to_vec(),
+            records: session.operations().to_vec(),
+            limit: session.limit_hit().map(str::to_owned),
         }
     }
 
@@ -150,6 +228,12 @@ pub struct Run {
     pub operations: Vec<Operation>,
     /// What it logged, in order.
     pub logs: Vec<(Level, String)>,
+    /// The host's record of its durable operations, as `durasync run
+    /// --json` lists them (`ms` is a measured time).
+    pub records: Vec<Record>,
+    /// The per-run limit it ran into, if any: the real host fails such a
+    /// run (exit status 11) whatever the plugin returned.
+    pub limit: Option<String>,
 }
 
 impl Run {

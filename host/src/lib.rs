@@ -2,7 +2,9 @@
 //! decisions about *what* to write made by sandboxed WebAssembly plugins.
 //!
 //! - [`durable`]: the native core (no WebAssembly), usable on its own.
-//! - [`runtime`]: the wasmtime host that runs plugins against the core.
+//! - [`services`]: the rules every plugin call goes through (grants, paths,
+//!   modes, budgets, dry runs, operation records), with no WebAssembly.
+//! - [`runtime`]: the wasmtime host that runs plugins through the services.
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
@@ -10,3 +12,4 @@
 pub mod durable;
 #[cfg(feature = "runtime")]
 pub mod runtime;
+pub mod services;

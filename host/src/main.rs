@@ -13,7 +13,9 @@ fn main() -> ExitCode {
     match cli::run(&cli) {
         Ok(()) => ExitCode::from(cli::exit::OK),
         Err(err) => {
-            eprintln!("durasync: {}", one_line(&err));
+            // Errors carry text a plugin chose (its message, its stderr):
+            // control characters escaped, later lines indented.
+            eprintln!("durasync: {}", durasync::services::text::escape_lines(&one_line(&err), "  "));
             ExitCode::from(cli::exit::status_of(&err))
         }
     }

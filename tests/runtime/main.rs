@@ -10,6 +10,9 @@
 #[allow(dead_code)]
 mod support;
 
+mod compile;
+mod containment;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -23,6 +26,14 @@ const OK: i32 = 0;
 const PLUGIN_ERROR: i32 = 10;
 const PLUGIN_TRAP: i32 = 11;
 const POLICY: i32 = 12;
+
+/// The host's WIT version (from `wit/durasync.wit`) and the one the
+/// `newer-minor` plugin is built for (derived from it by its `build.rs`).
+fn wit_versions() -> (&'static str, String) {
+    let host = durasync::services::WIT_VERSION;
+    let (head, patch) = host.rsplit_once('.').unwrap();
+    (host, format!("{head}.{}", patch.parse::<u64>().unwrap() + 1))
+}
 
 fn wasm(package: &str) -> PathBuf {
     support::wasm::build(HOSTILE, package)
@@ -77,7 +88,7 @@ impl Fixture {
     fn snapshot(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         for top in ["data", "outside", "x"] {
-            snapshot(&self.path(top), top, &mut out);
+            support::snapshot::snapshot(&self.path(top), top, &mut out);
         }
         out
     }
@@ -92,25 +103,6 @@ fn shared_cache() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     dir
-}
-
-/// Kind, mode and bytes (or link target) of every entry, links not followed.
-fn snapshot(path: &Path, rel: &str, out: &mut BTreeMap<String, String>) {
-    let meta = std::fs::symlink_metadata(path).unwrap();
-    let mode = meta.mode() & 0o7777;
-    if meta.file_type().is_symlink() {
-        out.insert(rel.into(), format!("link -> {}", std::fs::read_link(path).unwrap().display()));
-    } else if meta.is_dir() {
-        out.insert(rel.into(), format!("dir {mode:o}"));
-        for e in std::fs::read_dir(path).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().into_string().unwrap();
-            snapshot(&e.path(), &format!("{rel}/{name}"), out);
-        }
-    } else {
-        let bytes = std::fs::read(path).unwrap();
-        out.insert(rel.into(), format!("file {mode:o} {}", String::from_utf8_lossy(&bytes)));
-    }
 }
 
 /// Output as text, without the terminal colour codes of the log.
@@ -161,7 +153,8 @@ fn prepare(fx: &Fixture, input: &str) {
 /// The lines of the plugin's error message (one per attempt).
 fn attempt_lines(stderr: &str) -> Vec<String> {
     let msg = stderr.split_once("failed: ").map_or("", |(_, m)| m);
-    msg.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect()
+    // Later lines of a plugin's message are indented by the host.
+    msg.lines().map(|l| l.strip_prefix("  ").unwrap_or(l).to_owned()).filter(|l| !l.is_empty()).collect()
 }
 
 #[test]
@@ -311,13 +304,19 @@ fn exceeding_the_per_run_file_limit_fails_the_run_and_writes_nothing() {
 
 #[test]
 fn a_plugin_built_for_a_newer_minor_calling_a_missing_function_is_refused_precisely() {
+    let (host, newer) = wit_versions();
     refused(
         "newer-minor",
         "rw",
         "",
         "",
         POLICY,
-        &["durasync:plugin@0.1.1", "durasync:plugin/fs@0.1.1", "[method]dir.rename", "durasync:plugin@0.1.0"],
+        &[
+            &format!("durasync:plugin@{newer}"),
+            &format!("durasync:plugin/fs@{newer}"),
+            "[method]dir.rename",
+            &format!("durasync:plugin@{host}"),
+        ],
     );
 }
 
@@ -503,9 +502,10 @@ fn inspect_shows_hash_version_imports_exports_policy_and_describe() {
     assert_eq!(out.status.code(), Some(OK), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["sha256"], sha256(&std::fs::read(fx.path("plugin.wasm")).unwrap()));
-    assert_eq!(v["wit_version"], "0.1.0");
+    let (host, _) = wit_versions();
+    assert_eq!(v["wit_version"], host);
     assert_eq!(v["policy"], "pass");
-    assert!(v["imports"].as_array().unwrap().iter().any(|i| i == "durasync:plugin/fs@0.1.0"));
+    assert!(v["imports"].as_array().unwrap().iter().any(|i| *i == format!("durasync:plugin/fs@{host}")));
     assert!(v["exports"].as_array().unwrap().iter().any(|e| e == "run"));
     assert_eq!(v["describe"]["name"], "hostile");
     assert_eq!(v["describe"]["roots"], serde_json::json!(["data"]));
@@ -526,6 +526,6 @@ fn inspect_of_a_forbidden_plugin_names_the_import_and_fails() {
     let out = inspect(&wasm("newer-minor"), true);
     assert_eq!(out.status.code(), Some(POLICY));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["wit_version"], "0.1.1");
+    assert_eq!(v["wit_version"], wit_versions().1);
     assert!(v["problems"][0].as_str().unwrap().contains("[method]dir.rename"), "{v}");
 }

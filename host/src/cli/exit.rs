@@ -1,7 +1,7 @@
 //! The documented exit statuses of `durasync`, and which error maps to which.
 //! The README's table is the contract; keep the two in step.
 
-use durasync::durable;
+use durasync::{durable, runtime};
 
 /// Success.
 pub const OK: u8 = 0;
@@ -34,7 +34,7 @@ pub fn status_of(err: &anyhow::Error) -> u8 {
             return status.0;
         }
         if let Some(e) = cause.downcast_ref::<durasync::runtime::Error>() {
-            return super::plugin::runtime_status(e);
+            return runtime_status(e);
         }
         if let Some(e) = cause.downcast_ref::<durable::Error>() {
             return core_status(e);
@@ -53,6 +53,16 @@ pub fn core_status(e: &durable::Error) -> u8 {
         INVALID
     } else {
         IO
+    }
+}
+
+/// The exit status of a runtime error.
+pub fn runtime_status(e: &runtime::Error) -> u8 {
+    match e.kind() {
+        runtime::ErrorKind::Policy => POLICY,
+        runtime::ErrorKind::Trap => PLUGIN_TRAP,
+        runtime::ErrorKind::Plugin => PLUGIN_ERROR,
+        runtime::ErrorKind::Io => IO,
     }
 }
 

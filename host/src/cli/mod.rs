@@ -25,6 +25,8 @@ pub enum Command {
     Recover(native::RecoverArgs),
     /// Run a sandboxed plugin once, as its manifest grants.
     Run(plugin::RunArgs),
+    /// Precompile plugins into the cache ahead of time (e.g. at package install).
+    Compile(plugin::CompileArgs),
     /// Show a plugin's sha256, WIT version, imports, exports, policy verdict and `describe`.
     Inspect(plugin::InspectArgs),
 }
@@ -36,6 +38,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Write(args) => native::write(args),
         Command::Recover(args) => native::recover(args),
         Command::Run(args) => plugin::run(args),
+        Command::Compile(args) => plugin::compile(args),
         Command::Inspect(args) => plugin::inspect(args),
     }
 }

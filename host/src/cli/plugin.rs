@@ -8,7 +8,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::json;
 
-use durasync::runtime::{self, CacheConfig, Manifest, Operation, RunRequest, Runtime};
+use durasync::runtime::{self, CacheConfig, CacheStatus, Manifest, Operation, RunRequest, Runtime};
+use durasync::services::text::{escape_all, escape_json_c1, escape_lines};
 
 use super::exit;
 
@@ -40,6 +41,17 @@ pub struct RunArgs {
     pub no_cache: bool,
 }
 
+/// `durasync compile MANIFEST...`
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// The plugins' manifests (`plugin.toml`).
+    #[arg(required = true)]
+    pub manifests: Vec<PathBuf>,
+    /// Where compiled plugins are cached (default `$XDG_CACHE_HOME/durasync`).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
 /// `durasync inspect PLUGIN.wasm|MANIFEST`
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -48,16 +60,6 @@ pub struct InspectArgs {
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
-}
-
-/// The exit status of a runtime error (the README's table).
-pub fn runtime_status(e: &runtime::Error) -> u8 {
-    match e.kind() {
-        runtime::ErrorKind::Policy => exit::POLICY,
-        runtime::ErrorKind::Trap => exit::PLUGIN_TRAP,
-        runtime::ErrorKind::Plugin => exit::PLUGIN_ERROR,
-        runtime::ErrorKind::Io => exit::IO,
-    }
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -95,12 +97,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     "dry_run": args.dry_run,
                     "operations": outcome.operations,
                 });
-                println!("{v}");
+                println!("{}", escape_json_c1(&v.to_string()));
             } else {
                 if args.dry_run {
                     println!("dry run: nothing was changed on disk");
                 }
-                println!("{}", outcome.result);
+                println!("{}", escape_lines(&outcome.result, RESULT_INDENT));
                 print_operations(&outcome.operations);
             }
             Ok(())
@@ -109,7 +111,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
             // What already happened is on disk: say so before the error.
             if !e.operations().is_empty() {
                 if args.json {
-                    println!("{}", json!({ "plugin": manifest.name, "operations": e.operations() }));
+                    let v = json!({ "plugin": manifest.name, "operations": e.operations() });
+                    println!("{}", escape_json_c1(&v.to_string()));
                 } else {
                     print_operations(e.operations());
                 }
@@ -121,12 +124,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
 
 fn print_operations(ops: &[Operation]) {
     for op in ops {
-        let error = op.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+        let error = op.error.as_deref().map(|e| format!(": {}", escape_all(e))).unwrap_or_default();
         println!(
             "{} {}:{}: {} written, {} removed ({} ms){error}",
             op.outcome,
             op.root,
-            printable(&op.path),
+            escape_all(&op.path),
             op.written,
             op.removed,
             op.ms
@@ -134,17 +137,35 @@ fn print_operations(ops: &[Operation]) {
         if let Some(plan) = &op.plan {
             for (mark, names) in [("+", &plan.added), ("~", &plan.changed), ("-", &plan.removed)] {
                 for name in names {
-                    println!("  {mark} {}", printable(name));
+                    println!("  {mark} {}", escape_all(name));
                 }
             }
         }
     }
 }
 
-/// A plugin-chosen name with control characters escaped (a NUL or an
-/// escape sequence must not reach the operator's terminal raw).
-fn printable(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+/// Where the second and later lines of a plugin's multi-line result start:
+/// indented, so no line a plugin writes can pass for one of the host's.
+pub const RESULT_INDENT: &str = "  ";
+
+/// Precompile each manifest's component into the cache (checking its pin
+/// and the policy first), one line per manifest; stops at the first failure.
+pub fn compile(args: &CompileArgs) -> Result<()> {
+    let cache = args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir);
+    let runtime = Runtime::new(&cache)?;
+    for path in &args.manifests {
+        let manifest = Manifest::load(path)?;
+        let start = std::time::Instant::now();
+        let (status, artifact) = runtime.precompile(&manifest)?;
+        let ms = start.elapsed().as_millis();
+        let what = match status {
+            CacheStatus::Hit => "cached".to_owned(),
+            CacheStatus::Stale(why) => format!("recompiled ({})", escape_all(&why)),
+            CacheStatus::Miss | CacheStatus::Disabled => "compiled".to_owned(),
+        };
+        println!("{what} {} ({}) in {ms} ms: {}", manifest.name, path.display(), artifact.display());
+    }
+    Ok(())
 }
 
 pub fn inspect(args: &InspectArgs) -> Result<()> {
@@ -183,33 +204,33 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
             "problems": problems,
             "describe": describe,
         });
-        println!("{v}");
+        println!("{}", escape_json_c1(&v.to_string()));
     } else {
         println!("file:        {}", wasm_path.display());
         println!("sha256:      {sha256}");
         println!("wit version: durasync:plugin@{version}");
         println!("imports:");
         for i in &interface.imports {
-            println!("  {i}");
+            println!("  {}", escape_all(i));
         }
         println!("exports:");
         for e in &interface.exports {
-            println!("  {e}");
+            println!("  {}", escape_all(e));
         }
         if problems.is_empty() {
             println!("policy:      pass");
         } else {
             println!("policy:      FAIL");
             for p in &problems {
-                println!("  {p}");
+                println!("  {}", escape_lines(p, "    "));
             }
         }
         if let Some(info) = &describe {
             println!("describe:");
-            println!("  name:    {}", info.name);
-            println!("  version: {}", info.version);
-            println!("  summary: {}", info.summary);
-            println!("  roots:   {}", info.roots.join(", "));
+            println!("  name:    {}", escape_all(&info.name));
+            println!("  version: {}", escape_all(&info.version));
+            println!("  summary: {}", escape_all(&info.summary));
+            println!("  roots:   {}", escape_all(&info.roots.join(", ")));
         }
     }
     if !problems.is_empty() {

@@ -12,6 +12,6 @@ wasmtime::component::bindgen!({
     with: {
         // A `dir` handle is a host directory fd plus the root it came from
         // and its access; the guest only ever holds an index into the table.
-        "durasync:plugin/fs.dir": super::fs::Dir,
+        "durasync:plugin/fs.dir": crate::services::Dir,
     },
 });

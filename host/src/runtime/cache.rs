@@ -62,8 +62,8 @@ impl Cache {
         Cache { dir }
     }
 
-    /// The artifact path for a component.
-    fn path(&self, engine: &Engine, sha256: &str) -> Option<PathBuf> {
+    /// The artifact path for a component (`None` when caching is off).
+    pub(crate) fn path(&self, engine: &Engine, sha256: &str) -> Option<PathBuf> {
         let mut h = std::hash::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         Some(self.dir.as_ref()?.join(format!("{sha256}-{:016x}.cwasm", h.finish())))

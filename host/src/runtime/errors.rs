@@ -1,15 +1,13 @@
-//! The runtime's errors, and the one mapping from the durable core's errors
-//! to the WIT `error` variant a plugin sees.
+//! The runtime's errors: what `durasync run` and `inspect` can fail with.
 //!
 //! Two kinds of failure are kept apart: what the plugin asked for and the
 //! core refused (a bad path, a read-only root, a full disk) reaches the
-//! plugin as a WIT `error` value it can handle; host bugs, handle-table
-//! errors and exhausted limits become traps, which end the call.
+//! plugin as a contract `error` value it can handle (see
+//! [`crate::services::Error`]); host bugs, handle-table errors and exhausted
+//! limits become traps, which end the call.
 
-use super::bindings::durasync::plugin::types::Error as WitError;
-use super::fs::Operation;
-use super::limits::{human_bytes, human_ms};
-use crate::durable;
+use crate::services::Operation;
+use crate::services::limits::{human_bytes, human_ms};
 
 /// What class of failure an [`Error`] is (the CLI maps each to an exit status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +59,11 @@ pub enum TrapReason {
     },
     /// Any other trap (bad memory access, unreachable, stack overflow, ...).
     Other {
-        /// wasmtime's description, with the guest's stderr when it wrote any.
+        /// The trap's reason.
         message: String,
+        /// Its wasm backtrace, trimmed (empty when there is none); shown
+        /// after the guest's stderr.
+        backtrace: Box<str>,
     },
 }
 
@@ -84,7 +85,7 @@ impl std::fmt::Display for TrapReason {
                 human_bytes(*limit)
             ),
             TrapReason::Panic { message } => write!(f, "panicked: {message}"),
-            TrapReason::Other { message } => write!(f, "trapped: {message}"),
+            TrapReason::Other { message, .. } => write!(f, "trapped: {message}"),
         }
     }
 }
@@ -122,7 +123,7 @@ pub enum Error {
         reason: String,
     },
     /// The plugin trapped or hit a limit.
-    #[error("plugin {plugin} {reason}")]
+    #[error("plugin {plugin} {reason}{}{}", stderr_note(.stderr), backtrace_note(.reason))]
     Trap {
         /// The plugin's name.
         plugin: String,
@@ -130,9 +131,12 @@ pub enum Error {
         reason: TrapReason,
         /// The durable operations it completed before (already on disk).
         operations: Vec<Operation>,
+        /// The end of the guest's captured stderr (empty when it wrote none).
+        stderr: String,
     },
-    /// The plugin's `run` returned an error.
-    #[error("plugin {plugin} failed: {message}")]
+    /// The plugin's `run` returned an error (or it exited with a status
+    /// other than 0).
+    #[error("plugin {plugin} failed: {message}{}", stderr_note(.stderr))]
     Plugin {
         /// The plugin's name.
         plugin: String,
@@ -140,6 +144,8 @@ pub enum Error {
         message: String,
         /// The durable operations it completed before (already on disk).
         operations: Vec<Operation>,
+        /// The end of the guest's captured stderr (empty when it wrote none).
+        stderr: String,
     },
     /// A host I/O failure (reading the component, opening a root, the engine).
     #[error("{what}: {source}")]
@@ -176,24 +182,19 @@ impl Error {
     }
 }
 
-/// The WIT error for a durable-core error: the one core → WIT mapping.
-/// The core's messages name paths relative to the handle, never host paths.
-pub(crate) fn to_wit(e: &durable::Error) -> WitError {
-    use durable::Error as E;
-    let msg = e.to_string();
-    match e {
-        E::InvalidPath { .. } | E::Duplicate { .. } | E::InvalidMode { .. } => WitError::InvalidPath(msg),
-        // A link anywhere on the way could lead out of the root.
-        E::Symlink { .. } => WitError::InvalidPath(msg),
-        E::NotFound { .. } => WitError::NotFound(msg),
-        E::NotADirectory { .. } => WitError::NotADirectory(msg),
-        E::Limit { .. } => WitError::Limit(msg),
-        E::Unsupported { .. } => WitError::Unsupported(msg),
-        E::Committed { .. } => WitError::Committed(msg),
-        E::NotAFile { .. } | E::UnsupportedEntry { .. } | E::Io { .. } | E::Cancelled { .. } => {
-            WitError::Io(msg)
+/// A trap's wasm backtrace, last.
+fn backtrace_note(reason: &TrapReason) -> String {
+    match reason {
+        TrapReason::Other { backtrace, .. } if !backtrace.is_empty() => {
+            format!("\nwasm backtrace:\n{backtrace}")
         }
+        _ => String::new(),
     }
+}
+
+/// The guest's stderr tail, after the reason, on lines of its own.
+fn stderr_note(stderr: &str) -> String {
+    if stderr.is_empty() { String::new() } else { format!("\nits stderr ends with:\n{stderr}") }
 }
 
 /// The panic message in a guest's stderr (`thread '<unnamed>' panicked at
@@ -223,13 +224,5 @@ mod tests {
                       `RUST_BACKTRACE=1`\n";
         assert_eq!(panic_message(stderr).unwrap(), "boom (at src/lib.rs:3:5)");
         assert_eq!(panic_message("nothing here"), None);
-    }
-
-    #[test]
-    fn core_errors_map_to_their_wit_variant() {
-        let e = durable::Error::Symlink { path: "x".into() };
-        assert!(matches!(to_wit(&e), WitError::InvalidPath(m) if m.contains("symbolic link")));
-        let e = durable::Error::NotFound { path: "x".into() };
-        assert!(matches!(to_wit(&e), WitError::NotFound(_)));
     }
 }

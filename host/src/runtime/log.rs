@@ -1,38 +1,30 @@
 //! The host side of interface `log`: guest messages go to `tracing` with the
-//! plugin's name as a field, capped per run by `limits.log_bytes`.
+//! plugin's name as a field, capped per run by `limits.log_bytes`, with
+//! every control character escaped (a plugin must not forge log lines or
+//! drive the operator's terminal).
 
 use super::bindings::durasync::plugin::log::{Host, Level};
-use super::fs::HostView;
-
-/// What a run's log budget has taken so far.
-#[derive(Debug, Default)]
-pub(crate) struct LogBudget {
-    /// Bytes of messages forwarded.
-    pub used: u64,
-    /// Messages dropped because the budget was spent.
-    pub dropped: u64,
-    /// Bytes of the dropped messages.
-    pub dropped_bytes: u64,
-}
+use super::state::HostView;
+use crate::services::LogVerdict;
+use crate::services::text::escape_all;
 
 impl Host for HostView<'_> {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        let s = &mut *self.state;
-        let len = message.len() as u64;
-        if s.log.used + len > s.limits.log_bytes {
-            if s.log.dropped == 0 {
+        let s = &mut *self.session;
+        match s.admit_log(message.len() as u64) {
+            LogVerdict::Forward => {}
+            LogVerdict::DropFirst => {
                 tracing::warn!(
-                    plugin = %s.plugin,
+                    plugin = %s.plugin(),
                     "log limit of {} bytes reached (limits.log_bytes); further messages are dropped",
-                    s.limits.log_bytes
+                    s.limits().log_bytes
                 );
+                return Ok(());
             }
-            s.log.dropped += 1;
-            s.log.dropped_bytes += len;
-            return Ok(());
+            LogVerdict::Drop => return Ok(()),
         }
-        s.log.used += len;
-        let plugin = s.plugin.as_str();
+        let plugin = s.plugin();
+        let message = escape_all(&message);
         match level {
             Level::Debug => tracing::debug!(plugin, "{message}"),
             Level::Info => tracing::info!(plugin, "{message}"),

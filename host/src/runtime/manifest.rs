@@ -8,6 +8,7 @@
 //! [roots.certs]                     # one table per granted root
 //! path = "/var/lib/certs"           # absolute, or relative to the manifest's directory
 //! access = "rw"                     # "rw" or "ro"
+//! special_modes = false             # allow setuid, setgid, sticky bits (default false)
 //! [limits]                          # all optional
 //! fuel = 10_000_000_000             # or "unlimited"
 //! timeout_ms = 30_000
@@ -16,6 +17,7 @@
 //! write_files = 100_000
 //! log_bytes = 1_048_576
 //! output_bytes = 1_048_576
+//! call_bytes = 67_108_864           # data handed to the host in one call
 //! [config]                          # any table, handed to the plugin's `run` as JSON
 //! ```
 //!
@@ -27,26 +29,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::errors::Error;
-use super::limits::Limits;
-
-/// How a plugin may use a root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Read and write.
-    ReadWrite,
-    /// Read only: every mutating call fails with `read-only`.
-    ReadOnly,
-}
-
-impl Access {
-    /// `rw` or `ro`, as written in a manifest.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Access::ReadWrite => "rw",
-            Access::ReadOnly => "ro",
-        }
-    }
-}
+pub use crate::services::Access;
+use crate::services::Limits;
 
 /// One granted root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +39,9 @@ pub struct Root {
     pub path: PathBuf,
     /// How the plugin may use it.
     pub access: Access,
+    /// Whether the plugin may give files setuid, setgid and sticky bits
+    /// there (`special_modes = true`; refused by default).
+    pub special_modes: bool,
 }
 
 /// A parsed, validated manifest.
@@ -77,9 +64,17 @@ pub struct Manifest {
 }
 
 const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "roots", "limits", "config"];
-const ROOT_KEYS: &[&str] = &["path", "access"];
-const LIMIT_KEYS: &[&str] =
-    &["fuel", "timeout_ms", "memory_bytes", "write_bytes", "write_files", "log_bytes", "output_bytes"];
+const ROOT_KEYS: &[&str] = &["path", "access", "special_modes"];
+const LIMIT_KEYS: &[&str] = &[
+    "fuel",
+    "timeout_ms",
+    "memory_bytes",
+    "write_bytes",
+    "write_files",
+    "log_bytes",
+    "output_bytes",
+    "call_bytes",
+];
 
 impl Manifest {
     /// Read and validate the manifest at `path`.
@@ -140,7 +135,17 @@ impl Manifest {
                             return Err(bad(&access_key, format!("must be \"rw\" or \"ro\", not {other:?}")));
                         }
                     };
-                    roots.insert(root_name.clone(), Root { path: base.join(p), access });
+                    let special_modes = match rt.get("special_modes") {
+                        None => false,
+                        Some(toml::Value::Boolean(b)) => *b,
+                        Some(other) => {
+                            return Err(bad(
+                                &format!("{key}.special_modes"),
+                                format!("must be true or false, not {}", other.type_str()),
+                            ));
+                        }
+                    };
+                    roots.insert(root_name.clone(), Root { path: base.join(p), access, special_modes });
                 }
             }
             Some(_) => return Err(bad("roots", "must be a table of `[roots.NAME]` tables".into())),
@@ -166,6 +171,7 @@ impl Manifest {
                         "write_files" => limits.write_files = n,
                         "log_bytes" => limits.log_bytes = n,
                         "output_bytes" => limits.output_bytes = n,
+                        "call_bytes" => limits.call_bytes = n,
                         _ => unreachable!("checked by check_keys"),
                     }
                 }
@@ -199,8 +205,9 @@ impl Manifest {
             key: name.to_owned(),
             reason: why,
         })?;
-        let access = self.roots.get(name).map_or(Access::ReadWrite, |r| r.access);
-        self.roots.insert(name.to_owned(), Root { path, access });
+        let (access, special_modes) =
+            self.roots.get(name).map_or((Access::ReadWrite, false), |r| (r.access, r.special_modes));
+        self.roots.insert(name.to_owned(), Root { path, access, special_modes });
         Ok(())
     }
 }
@@ -263,7 +270,10 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(m.wasm, Path::new("/etc/durasync/p/c.wasm"));
-        assert_eq!(m.roots["certs"], Root { path: "/etc/durasync/p/certs".into(), access: Access::ReadOnly });
+        assert_eq!(
+            m.roots["certs"],
+            Root { path: "/etc/durasync/p/certs".into(), access: Access::ReadOnly, special_modes: false }
+        );
         assert_eq!(m.limits.fuel, None);
         assert_eq!(m.limits.timeout_ms, 5);
         assert_eq!(m.limits.memory_bytes, Limits::default().memory_bytes);
@@ -281,6 +291,11 @@ mod tests {
             (format!("{head}[roots.c]\npath = \"/x\"\naccess = \"rwx\"\n"), "roots.c.access"),
             (format!("{head}[roots.c]\npath = \"/x\"\n"), "roots.c.access"),
             (format!("{head}[roots.c]\npath = \"/x\"\naccess = \"rw\"\nmode = 1\n"), "roots.c.mode"),
+            (
+                format!("{head}[roots.c]\npath = \"/x\"\naccess = \"rw\"\nspecial_modes = 1\n"),
+                "roots.c.special_modes",
+            ),
+            (format!("{head}[limits]\ncall_bytes = 0\n"), "limits.call_bytes"),
             (format!("{head}[roots.\"a b\"]\npath = \"/x\"\naccess = \"rw\"\n"), "roots.a b"),
             (format!("{head}config = 3\n"), "config"),
             ("wasm = \"x.wasm\"\n".to_owned(), "name"),
@@ -302,7 +317,10 @@ mod tests {
         .unwrap();
         m.override_root("c", "/elsewhere".into()).unwrap();
         m.override_root("d", "/d".into()).unwrap();
-        assert_eq!(m.roots["c"], Root { path: "/elsewhere".into(), access: Access::ReadOnly });
+        assert_eq!(
+            m.roots["c"],
+            Root { path: "/elsewhere".into(), access: Access::ReadOnly, special_modes: false }
+        );
         assert_eq!(m.roots["d"].access, Access::ReadWrite);
         assert!(m.override_root("../x", "/x".into()).is_err());
     }

@@ -18,7 +18,7 @@ pub const ALLOWED_IMPORTS: &[&str] = &["durasync:plugin/", "wasi:io/", "wasi:cli
 pub const REQUIRED_EXPORTS: &[&str] = &["describe", "run"];
 
 /// The WIT package this host implements.
-pub const HOST_WIT_PACKAGE: &str = "durasync:plugin@0.1.0";
+pub const HOST_WIT_PACKAGE: &str = crate::services::WIT_PACKAGE;
 
 /// A component's imports and exports, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -184,6 +184,66 @@ impl Guest for Hostile {
                 dir.write_file("manifest.yaml", b"kind: Pod\n", 0o644).map_err(|e| format!("{e:?}"))?;
                 Ok(format!("synced: {r:?}"))
             }
+            "slow-then-write" => {
+                let dir = root("data")?;
+                // One long host call, then another that must never start
+                // once the deadline has passed.
+                let files: Vec<File> = (0..4000).map(|i| file(&format!("f{i}"))).collect();
+                let r = dir.sync("many", &files);
+                let w = dir.write_file("second", b"too late", 0o644);
+                Ok(format!("ESCAPED: both ran: {r:?} {w:?}"))
+            }
+            "terminal" => {
+                let dir = root("data")?;
+                log(Level::Warn, "forging\r\nWARN durasync: forged log line\x1b[31m red");
+                dir.write_file("evil\x1b[2Jname", b"x", 0o644).map_err(|e| format!("{e:?}"))?;
+                Ok("ok\x1b]0;pwned\x07\r\ndurasync: forged result line\n\u{9b}2J".into())
+            }
+            "terminal-error" => Err("bad\x1b[2J\rdurasync: forged error line\n\u{9b}31m".into()),
+            "setuid" | "setuid-granted" => {
+                let dir = root("data")?;
+                let results = [
+                    ("write-file suid 4777", dir.write_file("suid", b"#!/bin/sh\n", 0o4777).map(drop)),
+                    (
+                        "sync sgid 2755",
+                        dir.sync("sgid", &[File { name: "f".into(), contents: b"x".to_vec(), mode: 0o2755 }])
+                            .map(drop),
+                    ),
+                    ("write-file sticky 1644", dir.write_file("sticky", b"x", 0o1644).map(drop)),
+                ];
+                let out: Vec<String> = results.iter().map(|(what, r)| format!("{what}: {r:?}")).collect();
+                if mode == "setuid" { Err(out.join("\n")) } else { Ok(out.join("\n")) }
+            }
+            "exchange-child" => {
+                let dir = root("data")?;
+                let a = dir.exchange("sub", "sub/f");
+                let b = dir.exchange("sub/f", "sub");
+                Err(format!("exchange sub sub/f: {a:?}\nexchange sub/f sub: {b:?}"))
+            }
+            "big-call" => {
+                let dir = root("data")?;
+                let r = dir.write_file("big", &vec![1u8; 2 << 20], 0o644);
+                Ok(format!("ESCAPED: a 2 MiB call reached the host: {r:?}"))
+            }
+            "exit3" => std::process::exit(3),
+            "exit0" => std::process::exit(0),
+            "removed-handle" => {
+                let dir = root("data")?;
+                let sub = dir.open_dir("sub").map_err(|e| format!("{e:?}"))?;
+                dir.remove("sub").map_err(|e| format!("{e:?}"))?;
+                let w = sub.write_file("f", b"x", 0o644);
+                let l = sub.list_dir("");
+                Err(format!("write-file: {w:?}\nlist-dir: {l:?}"))
+            }
+            "stderr-then-fail" | "stderr-then-trap" => {
+                eprintln!("Traceback (most recent call last):");
+                eprintln!("  File \"plugin.py\", line 3, in run");
+                eprintln!("ValueError: bad input");
+                if mode == "stderr-then-trap" {
+                    std::process::abort();
+                }
+                Err("failed after writing a traceback".into())
+            }
             other => Err(format!("unknown mode {other:?}")),
         }
     }

@@ -1,5 +1,6 @@
-//! Built against durasync:plugin@0.1.1 and calls `dir.rename`, which the
-//! 0.1.0 host lacks: refused at load with an error naming the function.
+//! Built against the next version of durasync:plugin (its WIT is derived
+//! from the host's by `build.rs`) and calls `dir.rename`, which the host
+//! lacks: refused at load with an error naming the function.
 
 wit_bindgen::generate!({ path: "wit/durasync.wit", world: "plugin" });
 
@@ -9,7 +10,12 @@ struct NewerMinor;
 
 impl Guest for NewerMinor {
     fn describe() -> Info {
-        Info { name: "newer-minor".into(), version: "0".into(), summary: "needs 0.1.1".into(), roots: vec![] }
+        Info {
+            name: "newer-minor".into(),
+            version: "0".into(),
+            summary: "needs the next version".into(),
+            roots: vec![],
+        }
     }
 
     fn run(_config: String, _input: Vec<u8>) -> Result<String, String> {

@@ -42,6 +42,23 @@ pub const DEFAULT_LOG_BYTES: u64 = 1 << 20;
 /// (1 MiB). It is printed to the operator's terminal and JSON consumers.
 pub const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
 
+/// Default cap on the data a plugin hands the host in one call (64 MiB):
+/// the bytes of a `sync`'s files or a `write-file`'s contents, plus names.
+/// wasmtime copies every argument out of the guest before the host sees it
+/// and stops at its own "hostcall fuel" (128 MiB by default) with a message
+/// that names no durasync limit; ours is set as that fuel, lower, so the
+/// operator reads `limits.call_bytes`. A list may name the same guest bytes
+/// many times, so the guest's memory cap alone does not bound this.
+pub const DEFAULT_CALL_BYTES: u64 = 64 << 20;
+
+/// Most directory levels below a granted root at which a plugin may create
+/// or reach anything (a file at `a/b/c` is 3 levels down), counted from the
+/// root whatever handle the plugin uses. Without it a plugin could chain
+/// `open-dir` handles to build a tree thousands of levels deep, which costs
+/// the host an fd and a path per level whenever it walks the tree (removal,
+/// comparison, recovery). Real configuration trees are a handful deep.
+pub const MAX_DEPTH: usize = 128;
+
 /// Bytes of guest stdout and of guest stderr kept per call: the first half
 /// and the last half of what was written (a panic message comes last).
 /// Writes past it are accepted and discarded, so a full buffer never fails
@@ -89,6 +106,8 @@ pub struct Limits {
     pub log_bytes: u64,
     /// Bytes of the returned result or error message.
     pub output_bytes: u64,
+    /// Bytes of data the plugin may hand the host in one call.
+    pub call_bytes: u64,
 }
 
 impl Default for Limits {
@@ -101,6 +120,7 @@ impl Default for Limits {
             write_files: DEFAULT_WRITE_FILES,
             log_bytes: DEFAULT_LOG_BYTES,
             output_bytes: DEFAULT_OUTPUT_BYTES,
+            call_bytes: DEFAULT_CALL_BYTES,
         }
     }
 }

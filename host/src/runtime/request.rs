@@ -1,0 +1,87 @@
+//! What one run of a plugin is given (the opened grants, limits, config,
+//! input) and what it returns.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use super::errors::Error;
+use super::manifest::Manifest;
+use crate::services::{Grant, Limits, Operation};
+
+/// What a plugin says about itself (`describe`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Info {
+    /// A short machine-friendly name.
+    pub name: String,
+    /// The plugin's own version.
+    pub version: String,
+    /// One sentence for a person.
+    pub summary: String,
+    /// The root names it opens.
+    pub roots: Vec<String>,
+}
+
+/// A successful run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The plugin's name (from the manifest).
+    pub plugin: String,
+    /// The message `run` returned.
+    pub result: String,
+    /// Every durable operation it asked for, in order.
+    pub operations: Vec<Operation>,
+}
+
+/// Everything one `run` call needs besides the plugin.
+#[derive(Debug)]
+pub struct RunRequest {
+    /// The plugin's name (log field, messages).
+    pub name: String,
+    /// The granted roots, opened.
+    roots: BTreeMap<String, Grant>,
+    /// The limits.
+    pub limits: Limits,
+    /// The `[config]` table as JSON.
+    pub config_json: String,
+    /// The input bytes.
+    pub input: Vec<u8>,
+    /// Plan, do not change anything.
+    pub dry_run: bool,
+}
+
+impl RunRequest {
+    /// A request for the manifest's roots, limits and config. Each root's
+    /// directory is opened now (following links in the operator's own
+    /// path); a missing one is a manifest error naming the root.
+    pub fn from_manifest(manifest: &Manifest, input: Vec<u8>, dry_run: bool) -> Result<Self, Error> {
+        let mut roots = BTreeMap::new();
+        for (name, root) in &manifest.roots {
+            let grant =
+                Grant::open(&root.path, root.access, root.special_modes).map_err(|e| Error::Manifest {
+                    manifest: manifest.source.display().to_string(),
+                    key: format!("roots.{name}.path"),
+                    reason: format!("{}: {e}", root.path.display()),
+                })?;
+            roots.insert(name.clone(), grant);
+        }
+        Ok(RunRequest {
+            name: manifest.name.clone(),
+            roots,
+            limits: manifest.limits,
+            config_json: manifest.config_json.clone(),
+            input,
+            dry_run,
+        })
+    }
+
+    /// The grants, for one run's session (the fds are shared, not reopened).
+    pub(crate) fn grants(&self) -> BTreeMap<String, Grant> {
+        self.roots.clone()
+    }
+}
+
+/// The sha256 of some bytes, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}

@@ -1,0 +1,231 @@
+//! The calls of interface `fs`, WIT-free: each starts with the run's
+//! admission check and, if it mutates, the handle's access; then the path
+//! rules, the mode rule, the depth limit and the run's budget; then the
+//! core (or, in a dry run, the plan). Every mutating call is recorded.
+
+use std::os::fd::AsFd;
+
+use super::checks::{check_depth, check_mode, refuse_link, subtree_deeper_than};
+use super::error::{Error, Result, core};
+use super::grant::{Dir, components, join};
+use super::limits::MAX_DEPTH;
+use super::operation::Done;
+use super::plan;
+use super::session::Session;
+use crate::durable::{self, DirEntry, Outcome, Report, Tree};
+
+/// One regular file of a `sync`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File {
+    /// Path relative to the synced directory.
+    pub name: String,
+    /// Its bytes.
+    pub contents: Vec<u8>,
+    /// Its permission bits.
+    pub mode: u32,
+}
+
+impl Session {
+    /// `open-root`: the handle for a granted root.
+    pub fn open_root(&mut self, name: &str) -> Result<Dir> {
+        self.admit(None)?;
+        let Some(root) = self.roots.get(name) else {
+            let granted: Vec<&str> = self.roots.keys().map(String::as_str).collect();
+            let granted = if granted.is_empty() { "none".to_owned() } else { granted.join(", ") };
+            return Err(Error::NotGranted(format!(
+                "root `{name}` is not granted to plugin {} (granted: {granted})",
+                self.plugin
+            )));
+        };
+        let fd = durable::open_beneath(root.fd.as_fd(), "").map_err(core)?;
+        let dir = Dir {
+            root: name.to_owned(),
+            rel: String::new(),
+            depth: 0,
+            fd,
+            access: root.access,
+            special_modes: root.special_modes,
+        };
+        self.count_handle()?;
+        Ok(dir)
+    }
+
+    /// `open-dir`: a handle for an existing directory beneath `dir`.
+    pub fn open_dir(&mut self, dir: &Dir, path: &str) -> Result<Dir> {
+        self.admit(Some(dir))?;
+        let fd = durable::open_beneath(dir.fd.as_fd(), path).map_err(core)?;
+        let depth = dir.depth + components(path);
+        check_depth(dir, path, depth)?;
+        let sub = Dir {
+            root: dir.root.clone(),
+            rel: join(&dir.rel, path),
+            depth,
+            fd,
+            access: dir.access,
+            special_modes: dir.special_modes,
+        };
+        self.count_handle()?;
+        Ok(sub)
+    }
+
+    /// `read-file`.
+    pub fn read_file(&mut self, dir: &Dir, path: &str) -> Result<Option<Vec<u8>>> {
+        self.admit(Some(dir))?;
+        durable::read_file(dir.fd.as_fd(), path).map_err(core)
+    }
+
+    /// `list-dir`.
+    pub fn list_dir(&mut self, dir: &Dir, path: &str) -> Result<Vec<DirEntry>> {
+        self.admit(Some(dir))?;
+        durable::list_dir(dir.fd.as_fd(), path).map_err(core)
+    }
+
+    /// `sync`: make the directory at `path` hold exactly `files`.
+    pub fn sync(&mut self, dir: &Dir, path: &str, files: Vec<File>) -> Result<Report> {
+        self.record(dir, "sync", dir.full(path), |s| s.sync_inner(dir, path, files))
+    }
+
+    fn sync_inner(&mut self, dir: &Dir, path: &str, files: Vec<File>) -> Result<(Done, Report)> {
+        dir.writable()?;
+        let (parent, name) = durable::split_last(path).map_err(core)?;
+        let mut tree = Tree::new();
+        let mut deepest = 0;
+        for f in files {
+            let (file, mode) = (f.name, f.mode);
+            tree.add_file(&file, f.contents, mode).map_err(core)?;
+            check_mode(dir, &join(path, &file), mode)?;
+            deepest = deepest.max(components(&file));
+        }
+        check_depth(dir, path, dir.depth + components(path) + deepest)?;
+        let opts = self.core_options();
+        tree.check_limits(&opts.limits).map_err(core)?;
+        self.check_budget(tree.file_count() as u64, tree.total_bytes())?;
+        let (report, changes) = if self.dry_run {
+            let (report, changes) = plan::sync(dir, parent, name, &tree)?;
+            (report, Some(changes))
+        } else {
+            let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(core)?;
+            refuse_link(pfd.as_fd(), name, path)?;
+            (durable::sync_dir(pfd.as_fd(), name, &tree, &opts).map_err(core)?, None)
+        };
+        if report.outcome != Outcome::Unchanged {
+            self.charge(tree.file_count() as u64, tree.total_bytes());
+        }
+        Ok((Done::of(&report, changes), report))
+    }
+
+    /// `write-file`: replace one file.
+    pub fn write_file(&mut self, dir: &Dir, path: &str, contents: &[u8], mode: u32) -> Result<Report> {
+        self.record(dir, "write-file", dir.full(path), |s| s.write_inner(dir, path, contents, mode))
+    }
+
+    fn write_inner(&mut self, dir: &Dir, path: &str, contents: &[u8], mode: u32) -> Result<(Done, Report)> {
+        dir.writable()?;
+        let (parent, name) = durable::split_last(path).map_err(core)?;
+        check_mode(dir, path, mode)?;
+        check_depth(dir, path, dir.depth + components(path))?;
+        self.check_budget(1, contents.len() as u64)?;
+        let (report, changes) = if self.dry_run {
+            let (report, changes) = plan::write(dir, parent, name, path, contents, mode)?;
+            (report, Some(changes))
+        } else {
+            let opts = self.core_options();
+            let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(core)?;
+            refuse_link(pfd.as_fd(), name, path)?;
+            (durable::write_file(pfd.as_fd(), name, contents, Some(mode), &opts).map_err(core)?, None)
+        };
+        if report.outcome != Outcome::Unchanged {
+            self.charge(1, contents.len() as u64);
+        }
+        Ok((Done::of(&report, changes), report))
+    }
+
+    /// `remove`: durably remove a file or a tree; `false` when nothing was there.
+    pub fn remove(&mut self, dir: &Dir, path: &str) -> Result<bool> {
+        self.record(dir, "remove", dir.full(path), |s| s.remove_inner(dir, path))
+    }
+
+    fn remove_inner(&mut self, dir: &Dir, path: &str) -> Result<(Done, bool)> {
+        dir.writable()?;
+        let (parent, name) = durable::split_last(path).map_err(core)?;
+        let Some(pfd) = plan::parent_if_exists(dir.fd.as_fd(), parent)? else {
+            return Ok((Done::just("unchanged"), false));
+        };
+        if self.dry_run {
+            return plan::remove(dir, pfd.as_fd(), name, path);
+        }
+        match durable::remove(pfd.as_fd(), name, &self.core_options()).map_err(core)? {
+            Some(report) => Ok((Done::of(&report, None), true)),
+            None => Ok((Done::just("unchanged"), false)),
+        }
+    }
+
+    /// `exchange`: the raw primitive.
+    pub fn exchange(&mut self, dir: &Dir, a: &str, b: &str) -> Result<()> {
+        let shown = format!("{} <-> {}", dir.full(a), dir.full(b));
+        self.record(dir, "exchange", shown, |s| s.exchange_inner(dir, a, b))
+    }
+
+    fn exchange_inner(&mut self, dir: &Dir, a: &str, b: &str) -> Result<(Done, ())> {
+        dir.writable()?;
+        let (pa, na) = durable::split_last(a).map_err(core)?;
+        let (pb, nb) = durable::split_last(b).map_err(core)?;
+        // Both are resolved beneath the same handle without links, so one
+        // is inside the other exactly when its components start with the
+        // other's: the kernel would refuse that with EINVAL, which reads
+        // like a missing RENAME_EXCHANGE.
+        for (outer, inner) in [(a, b), (b, a)] {
+            if a != b && inner.split('/').take(components(outer)).eq(outer.split('/')) {
+                return Err(Error::InvalidPath(format!(
+                    "cannot exchange {:?} with {:?}: one contains the other",
+                    dir.full(outer),
+                    dir.full(inner)
+                )));
+            }
+        }
+        let fa = durable::open_beneath(dir.fd.as_fd(), pa).map_err(core)?;
+        let fb = durable::open_beneath(dir.fd.as_fd(), pb).map_err(core)?;
+        // Each side lands at the other's depth: what moves deeper must
+        // still fit under the depth limit.
+        let (da, db) = (dir.depth + components(a), dir.depth + components(b));
+        for (fd, name, path, from, to) in [(&fa, na, a, da, db), (&fb, nb, b, db, da)] {
+            if to > from && subtree_deeper_than(fd.as_fd(), name, MAX_DEPTH.saturating_sub(to))? {
+                let levels =
+                    if to - from == 1 { "1 level".to_owned() } else { format!("{} levels", to - from) };
+                return Err(Error::Limit(format!(
+                    "exchanging would move {:?} {levels} deeper, past the limit of {MAX_DEPTH} \
+                     directory levels below root `{}`",
+                    dir.full(path),
+                    dir.root
+                )));
+            }
+        }
+        if self.dry_run {
+            return plan::exchange(fa.as_fd(), na, a, fb.as_fd(), nb, b);
+        }
+        durable::exchange(fa.as_fd(), na, fb.as_fd(), nb, &self.core_options()).map_err(core)?;
+        Ok((Done::just("exchanged"), ()))
+    }
+
+    /// `fsync`: the raw primitive. It changes no contents, so a read-only
+    /// root allows it; a dry run skips it (nothing was written that would
+    /// need it).
+    pub fn fsync(&mut self, dir: &Dir, path: &str) -> Result<()> {
+        self.record(dir, "fsync", dir.full(path), |s| s.fsync_inner(dir, path))
+    }
+
+    fn fsync_inner(&mut self, dir: &Dir, path: &str) -> Result<(Done, ())> {
+        let (parent, name) = if path.is_empty() || path == "." {
+            ("", None)
+        } else {
+            durable::split_last(path).map(|(p, n)| (p, Some(n))).map_err(core)?
+        };
+        let pfd = durable::open_beneath(dir.fd.as_fd(), parent).map_err(core)?;
+        if !self.dry_run {
+            durable::fsync(pfd.as_fd(), name, &self.core_options()).map_err(core)?;
+        } else if let Some(name) = name {
+            plan::must_exist(pfd.as_fd(), name, path)?;
+        }
+        Ok((Done::just("fsynced"), ()))
+    }
+}

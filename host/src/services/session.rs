@@ -1,0 +1,320 @@
+//! One run's state: the grants, the limits, the per-run budgets, the
+//! deadline, the open handles and the record of operations. Every call a
+//! plugin makes goes through a [`Session`] (see `calls.rs` for the calls).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::error::{Error, Result};
+use super::grant::{Dir, Grant};
+use super::limits::{Limits, MAX_OPEN_DIRS, human_ms};
+use super::operation::{Done, Operation};
+use crate::durable::Options;
+
+/// What a run's log budget has taken so far.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LogBudget {
+    /// Bytes of messages forwarded.
+    pub used: u64,
+    /// Messages dropped because the budget was spent.
+    pub dropped: u64,
+    /// Bytes of the dropped messages.
+    pub dropped_bytes: u64,
+}
+
+/// What to do with one log message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogVerdict {
+    /// Within the budget: forward it.
+    Forward,
+    /// The first message over the budget: drop it and say so once.
+    DropFirst,
+    /// Over the budget: drop it.
+    Drop,
+}
+
+/// The state of one run of one plugin, behind every call it makes.
+#[derive(Debug)]
+pub struct Session {
+    pub(crate) plugin: String,
+    pub(crate) roots: BTreeMap<String, Grant>,
+    pub(crate) limits: Limits,
+    pub(crate) dry_run: bool,
+    written_bytes: u64,
+    written_files: u64,
+    /// The first per-run limit the plugin ran into: the run fails with it
+    /// even if the plugin ignores the `limit` error it was given, and every
+    /// later call is refused with it.
+    limit_hit: Option<String>,
+    deadline: Option<Instant>,
+    timed_out: bool,
+    pub(crate) operations: Vec<Operation>,
+    log: LogBudget,
+    open_dirs: usize,
+}
+
+impl Session {
+    /// A run of `plugin` with these grants and limits; `dry_run` plans every
+    /// change instead of making it.
+    pub fn new(plugin: &str, roots: BTreeMap<String, Grant>, limits: Limits, dry_run: bool) -> Self {
+        Session {
+            plugin: plugin.to_owned(),
+            roots,
+            limits,
+            dry_run,
+            written_bytes: 0,
+            written_files: 0,
+            limit_hit: None,
+            deadline: None,
+            timed_out: false,
+            operations: Vec::new(),
+            log: LogBudget::default(),
+            open_dirs: 0,
+        }
+    }
+
+    /// The same, refusing every call once `deadline` has passed.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Grant one more root (a test harness builds its grants one by one).
+    pub fn grant(&mut self, name: &str, grant: Grant) {
+        self.roots.insert(name.to_owned(), grant);
+    }
+
+    /// The plugin's name.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// The run's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Whether this run only plans.
+    pub fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    /// The durable operations asked for so far, in order.
+    pub fn operations(&self) -> &[Operation] {
+        &self.operations
+    }
+
+    /// Take the record of operations.
+    pub fn take_operations(&mut self) -> Vec<Operation> {
+        std::mem::take(&mut self.operations)
+    }
+
+    /// The first per-run limit the plugin hit, if any.
+    pub fn limit_hit(&self) -> Option<&str> {
+        self.limit_hit.as_deref()
+    }
+
+    /// Whether a call was refused because the deadline had passed.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    /// The log budget so far.
+    pub fn log_budget(&self) -> LogBudget {
+        self.log
+    }
+
+    /// Charge a log message of `len` bytes to the run's log budget.
+    pub fn admit_log(&mut self, len: u64) -> LogVerdict {
+        if self.log.used + len > self.limits.log_bytes {
+            self.log.dropped += 1;
+            self.log.dropped_bytes += len;
+            return if self.log.dropped == 1 { LogVerdict::DropFirst } else { LogVerdict::Drop };
+        }
+        self.log.used += len;
+        LogVerdict::Forward
+    }
+
+    /// The options every core call of this run gets. This is the one place
+    /// where the run's deadline reaches the durable core: once the core has
+    /// a cancellation hook (stop between steps that are safe to stop at,
+    /// never between a durable step and its commit), hand it `self.deadline`
+    /// here.
+    pub(crate) fn core_options(&self) -> Options<'static> {
+        Options::default()
+    }
+
+    /// What every call starts with: refuse it when the run's deadline has
+    /// passed or a per-run limit was already hit, and when the handle's
+    /// directory is gone.
+    pub(crate) fn admit(&mut self, dir: Option<&Dir>) -> Result<()> {
+        if let Some(deadline) = self.deadline
+            && Instant::now() >= deadline
+        {
+            self.timed_out = true;
+            return Err(Error::Limit(format!(
+                "timed out after {} (limits.timeout_ms); the call was not started",
+                human_ms(self.limits.timeout_ms)
+            )));
+        }
+        if let Some(hit) = &self.limit_hit {
+            return Err(Error::Limit(hit.clone()));
+        }
+        match dir {
+            Some(dir) => dir.still_there(),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuse a write of `files` files and `bytes` bytes that would take the
+    /// run over its budget. Nothing has been touched when this fails.
+    pub(crate) fn check_budget(&mut self, files: u64, bytes: u64) -> Result<()> {
+        let l = self.limits;
+        let over = if self.written_files + files > l.write_files {
+            Some(format!(
+                "exceeded its limit of {} files written per run (limits.write_files): {} written, {} more asked for",
+                l.write_files, self.written_files, files
+            ))
+        } else if self.written_bytes + bytes > l.write_bytes {
+            Some(format!(
+                "exceeded its limit of {} bytes written per run (limits.write_bytes): {} written, {} more asked for",
+                l.write_bytes, self.written_bytes, bytes
+            ))
+        } else {
+            None
+        };
+        match over {
+            Some(msg) => {
+                self.limit_hit.get_or_insert_with(|| msg.clone());
+                Err(Error::Limit(msg))
+            }
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn charge(&mut self, files: u64, bytes: u64) {
+        self.written_files += files;
+        self.written_bytes += bytes;
+    }
+
+    /// Count a new handle, refusing one over [`MAX_OPEN_DIRS`].
+    pub(crate) fn count_handle(&mut self) -> Result<()> {
+        if self.open_dirs >= MAX_OPEN_DIRS {
+            return Err(Error::Limit(format!(
+                "a plugin may hold at most {MAX_OPEN_DIRS} dir handles at once; drop some first"
+            )));
+        }
+        self.open_dirs += 1;
+        Ok(())
+    }
+
+    /// A handle was dropped by the plugin.
+    pub fn handle_dropped(&mut self) {
+        self.open_dirs = self.open_dirs.saturating_sub(1);
+    }
+
+    /// Run one mutating operation and record it (`shown` is its path from
+    /// the root).
+    pub(crate) fn record<T>(
+        &mut self,
+        dir: &Dir,
+        op: &'static str,
+        shown: String,
+        f: impl FnOnce(&mut Self) -> Result<(Done, T)>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        let result = self.admit(Some(dir)).and_then(|()| f(self));
+        let ms = (start.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+        let mut rec = Operation {
+            root: dir.root.clone(),
+            path: shown,
+            op,
+            outcome: "failed",
+            written: 0,
+            removed: 0,
+            ms,
+            error: None,
+            plan: None,
+        };
+        let out = match result {
+            Ok((done, value)) => {
+                (rec.outcome, rec.written, rec.removed, rec.plan) =
+                    (done.outcome, done.written, done.removed, done.plan);
+                Ok(value)
+            }
+            Err(e) => {
+                rec.error = Some(e.to_string());
+                Err(e)
+            }
+        };
+        self.operations.push(rec);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::services::{Access, File};
+
+    fn session(dir: &std::path::Path, limits: Limits) -> Session {
+        let grant = Grant::open(dir, Access::ReadWrite, false).unwrap();
+        Session::new("t", [("data".to_owned(), grant)].into(), limits, false)
+    }
+
+    #[test]
+    fn no_call_starts_once_the_deadline_has_passed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = session(tmp.path(), Limits::default());
+        let root = s.open_root("data").unwrap();
+        let past = Instant::now().checked_sub(Duration::from_millis(1)).unwrap();
+        let mut s = s.with_deadline(past);
+        let err = s.write_file(&root, "f", b"x", 0o644).unwrap_err();
+        assert!(matches!(&err, Error::Limit(m) if m.contains("timed out")), "{err}");
+        assert!(s.timed_out());
+        assert!(s.read_file(&root, "f").is_err());
+        assert!(!tmp.path().join("f").exists(), "the call ran");
+        assert!(!tmp.path().join(crate::durable::names::LOCK_NAME).exists(), "the core was reached");
+    }
+
+    #[test]
+    fn once_a_budget_is_spent_every_later_call_is_refused_with_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let limits = Limits { write_files: 1, ..Limits::default() };
+        let mut s = session(tmp.path(), limits);
+        let root = s.open_root("data").unwrap();
+        let two = vec![
+            File { name: "a".into(), contents: b"1".to_vec(), mode: 0o644 },
+            File { name: "b".into(), contents: b"2".to_vec(), mode: 0o644 },
+        ];
+        let err = s.sync(&root, "d", two).unwrap_err();
+        assert!(matches!(&err, Error::Limit(m) if m.contains("limits.write_files")), "{err}");
+        let again = s.read_file(&root, "anything").unwrap_err();
+        assert_eq!(again, err, "a later call gets the same limit");
+        assert_eq!(s.limit_hit(), Some(err.message()));
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "nothing was touched");
+    }
+
+    #[test]
+    fn depth_counts_from_the_root_whatever_the_handle() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = session(tmp.path(), Limits::default());
+        let root = s.open_root("data").unwrap();
+        let sixty = ["d"; 60].join("/");
+        s.sync(&root, &sixty, Vec::new()).unwrap();
+        let mid = s.open_dir(&root, &sixty).unwrap();
+        s.sync(&mid, &sixty, Vec::new()).unwrap();
+        let deep = s.open_dir(&mid, &sixty).unwrap();
+        assert_eq!(deep.depth, 120);
+        let file = || File { name: "f".into(), contents: Vec::new(), mode: 0o644 };
+        // 120 + 7 + the file = 128: allowed; one more level is not.
+        s.sync(&deep, &["d"; 7].join("/"), vec![file()]).unwrap();
+        let err = s.sync(&deep, &["d"; 8].join("/"), vec![file()]).unwrap_err();
+        assert!(matches!(&err, Error::Limit(m) if m.contains("129 directory levels")), "{err}");
+        let err = s.write_file(&deep, &["e"; 9].join("/"), b"", 0o644).unwrap_err();
+        assert!(matches!(&err, Error::Limit(_)), "{err}");
+    }
+}
