@@ -29,6 +29,7 @@ pub mod limits;
 mod log;
 pub mod manifest;
 pub mod policy;
+mod wasi;
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -38,7 +39,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasData, Linker, ResourceTable};
+use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -174,19 +175,14 @@ impl Runtime {
     /// artifact or a core module: only components are plugins.
     pub fn compile(&self, label: &str, wasm: &[u8]) -> Result<Compiled, Error> {
         let policy = |reason: String| Error::Policy { plugin: label.to_owned(), reason };
-        match Engine::detect_precompiled(wasm) {
-            Some(_) => return Err(policy("the file is a precompiled artifact, not a component".into())),
-            None if wasmparser_is_core_module(wasm) => {
-                return Err(policy("the file is a core wasm module, not a component".into()));
-            }
-            None => {}
-        }
+        // Read from the binary (no compile): also refuses a precompiled
+        // artifact, a core module or a file that is not wasm.
+        let interface = Interface::parse(wasm).map_err(policy)?;
         let sha256 = sha256_hex(wasm);
         let (component, cache) = self
             .cache
             .load(&self.engine, &sha256, wasm)
             .map_err(|e| policy(format!("it is not a valid component: {e:#}")))?;
-        let interface = Interface::of(&component, &self.engine);
         Ok(Compiled { component, sha256, interface, cache })
     }
 
@@ -228,6 +224,14 @@ impl Runtime {
                 actual,
             });
         }
+        // The policy is checked on the import section before compiling: a
+        // refused plugin costs no compile and leaves no cache file.
+        let violations = Interface::parse(&wasm)
+            .map_err(|reason| Error::Policy { plugin: manifest.name.clone(), reason })?
+            .violations();
+        if !violations.is_empty() {
+            return Err(Error::Policy { plugin: manifest.name.clone(), reason: violations.join("; ") });
+        }
         let compiled = self.compile(&manifest.name, &wasm)?;
         self.link(&manifest.name, compiled)
     }
@@ -238,18 +242,13 @@ impl Runtime {
     }
 }
 
-/// A core module starts with the same magic as a component but a different
-/// version/layer field.
-fn wasmparser_is_core_module(wasm: &[u8]) -> bool {
-    wasm.len() >= 8 && wasm[..4] == *b"\0asm" && wasm[4..8] == [1, 0, 0, 0]
-}
-
 /// Everything a `Store` holds for one call.
 pub(crate) struct State {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: MemoryLimiter,
     host: HostState,
+    clock: wasi::CallClock,
     timed_out: bool,
 }
 
@@ -259,38 +258,14 @@ impl WasiView for State {
     }
 }
 
-/// The `HasData` marker for `wasi:io/*`, which works on the table alone.
-struct HasIo;
-
-impl HasData for HasIo {
-    type Data<'a> = &'a mut ResourceTable;
-}
-
-/// Exactly the allowlisted imports (see [`policy`]): the contract,
-/// `wasi:io/*` and `wasi:cli/*`. No filesystem, sockets, clocks, random.
+/// The contract and the WASI interfaces of [`policy::PROVIDED_WASI`], over
+/// the empty context of [`wasi::empty_ctx`].
 fn add_allowed_imports(l: &mut Linker<State>) -> wasmtime::Result<()> {
-    use wasmtime_wasi::cli::{WasiCli, WasiCliView};
-    use wasmtime_wasi::p2::bindings::cli;
-    use wasmtime_wasi::p2::bindings::sync::io as wasi_io;
-
     bindings::Plugin::add_to_linker::<State, HasHost>(l, |s| HostView {
         table: &mut s.table,
         state: &mut s.host,
     })?;
-    wasi_io::error::add_to_linker::<State, HasIo>(l, |s| &mut s.table)?;
-    wasi_io::poll::add_to_linker::<State, HasIo>(l, |s| &mut s.table)?;
-    wasi_io::streams::add_to_linker::<State, HasIo>(l, |s| &mut s.table)?;
-    cli::exit::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::environment::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::stdin::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::stdout::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::stderr::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::terminal_input::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::terminal_output::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::terminal_stdin::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::terminal_stdout::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    cli::terminal_stderr::add_to_linker::<State, WasiCli>(l, State::cli)?;
-    Ok(())
+    wasi::add_to_linker(l, |s| wasi::ClockView { table: &mut s.table, clock: &s.clock })
 }
 
 /// Caps memories and tables; remembers that a memory grow was refused, so
@@ -428,9 +403,10 @@ impl Plugin {
     ) -> (wasmtime::Result<R>, Leftovers) {
         let limits = host.limits;
         let (stdout, stderr) = (Capture::new(), Capture::new());
-        // No arguments, no environment, no preopens (and no filesystem
-        // interface linked at all): stdio is the only thing WASI gives.
-        let wasi = WasiCtx::builder().stdout(stdout.clone()).stderr(stderr.clone()).build();
+        let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
+        // No arguments, no environment, no preopens, no sockets: WASI gives
+        // captured stdio, clocks and randomness, nothing else.
+        let wasi = wasi::empty_ctx(stdout.clone(), stderr.clone());
         let state = State {
             wasi,
             table: ResourceTable::new(),
@@ -439,12 +415,12 @@ impl Plugin {
                 hit: false,
             },
             host,
+            clock: wasi::CallClock::new(deadline),
             timed_out: false,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let fuel = store.set_fuel(limits.fuel.unwrap_or(u64::MAX));
-        let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |mut ctx| {
             if Instant::now() >= deadline {
