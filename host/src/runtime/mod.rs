@@ -415,7 +415,7 @@ impl Plugin {
                 hit: false,
             },
             host,
-            clock: wasi::CallClock::new(deadline),
+            clock: wasi::CallClock::new(deadline, &self.engine),
             timed_out: false,
         };
         let mut store = Store::new(&self.engine, state);

@@ -9,10 +9,13 @@
 //! the epoch deadline cannot interrupt them. Here a sleep ends no later than
 //! the call's deadline, so the guest wakes up, runs, and is stopped by the
 //! epoch interruption with "timed out after …" — a plugin cannot sleep past
-//! its `timeout_ms`.
+//! its `timeout_ms`. A sleep cut short at the deadline also bumps the
+//! engine's epoch, so the guest is stopped at its next instruction rather
+//! than returning as if it had slept.
 
 use std::time::{Duration, Instant};
 
+use wasmtime::Engine;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 use wasmtime_wasi::cli::{StdoutStream, WasiCli, WasiCliView};
 use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView};
@@ -40,16 +43,18 @@ pub(crate) fn empty_ctx(stdout: impl StdoutStream + 'static, stderr: impl Stdout
 
 /// The monotonic clock of one call: nanoseconds since the call started,
 /// sleeps capped at the call's deadline.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct CallClock {
     start: Instant,
     deadline: Instant,
+    engine: Engine,
 }
 
 impl CallClock {
-    /// A clock starting now whose sleeps end by `deadline`.
-    pub(crate) fn new(deadline: Instant) -> Self {
-        CallClock { start: Instant::now(), deadline }
+    /// A clock starting now whose sleeps end by `deadline`; `engine`'s
+    /// epoch is bumped when a sleep is cut short there.
+    pub(crate) fn new(deadline: Instant, engine: &Engine) -> Self {
+        CallClock { start: Instant::now(), deadline, engine: engine.clone() }
     }
 
     fn now_ns(&self) -> u64 {
@@ -74,9 +79,15 @@ impl HasData for HasClock {
 
 impl ClockView<'_> {
     fn sleep(&mut self, duration: Duration) -> wasmtime::Result<Resource<DynPollable>> {
-        let until =
-            Instant::now().checked_add(duration).map_or(self.clock.deadline, |t| t.min(self.clock.deadline));
-        let sleep = self.table.push(Sleep { until, yielded: false })?;
+        let sleep = match Instant::now().checked_add(duration) {
+            Some(until) if until <= self.clock.deadline => Sleep { until, cut_short: None, yielded: false },
+            _ => Sleep {
+                until: self.clock.deadline,
+                cut_short: Some(self.clock.engine.clone()),
+                yielded: false,
+            },
+        };
+        let sleep = self.table.push(sleep)?;
         subscribe(self.table, sleep)
     }
 }
@@ -108,22 +119,29 @@ impl monotonic_clock::Host for ClockView<'_> {
 /// A sleep that is ready at `until` (never later than the call's deadline).
 struct Sleep {
     until: Instant,
+    /// Set when the guest asked for longer than its deadline: the engine
+    /// whose epoch to bump when the sleep ends there.
+    cut_short: Option<Engine>,
     yielded: bool,
 }
 
 #[wasmtime_wasi::async_trait]
 impl Pollable for Sleep {
     async fn ready(&mut self) {
-        if Instant::now() >= self.until {
+        if Instant::now() < self.until {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(self.until)).await;
+        } else if !self.yielded {
             // Yield once, as wasmtime-wasi's own clock does, so a guest
             // polling in a zero-timeout loop cannot starve other pollables.
-            if !self.yielded {
-                self.yielded = true;
-                tokio::task::yield_now().await;
-            }
-            return;
+            self.yielded = true;
+            tokio::task::yield_now().await;
         }
-        tokio::time::sleep_until(tokio::time::Instant::from_std(self.until)).await;
+        if let Some(engine) = &self.cut_short {
+            // The deadline has passed: the epoch callback stops the guest at
+            // its next check instead of letting it run on, whatever the
+            // watchdog thread's timing.
+            engine.increment_epoch();
+        }
     }
 }
 
