@@ -207,7 +207,7 @@ pub fn componentize_js() -> PathBuf {
 /// by a lock file; an interrupted install is wiped and redone.
 fn install_once(dir: &Path, install: impl FnOnce(&Path)) {
     std::fs::create_dir_all(tools_dir()).unwrap();
-    let _lock = lock(&dir.with_extension("lock"));
+    let _lock = lock(&PathBuf::from(format!("{}.lock", dir.display())));
     let marker = dir.join(".durasync-installed");
     if marker.is_file() {
         return;
