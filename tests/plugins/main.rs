@@ -9,8 +9,11 @@ mod support;
 
 mod certsync;
 mod guide;
+mod hostile_python;
 mod installer;
+mod languages;
 mod pins;
+mod sandbox;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -2,6 +2,7 @@
 //! this module with `#[path = "../support/mod.rs"] mod support;`.
 
 pub mod snapshot;
+pub mod toolchains;
 pub mod wasm;
 
 use std::path::PathBuf;

@@ -116,7 +116,10 @@ impl Plugin {
         let (stdout, stderr) = (Capture::new(), Capture::new());
         let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
         let state = State {
-            wasi: wasi::call_ctx(&stdout, &stderr),
+            // No arguments, no environment, no preopens, no sockets: WASI
+            // gives captured stdio, clocks and randomness, nothing else.
+            wasi: wasi::empty_ctx(stdout.clone(), stderr.clone()),
+            clock: wasi::CallClock::new(deadline, &self.engine),
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(limits.memory_bytes),
             session: session.with_deadline(deadline),

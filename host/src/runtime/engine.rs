@@ -48,19 +48,14 @@ impl Runtime {
     /// artifact or a core module: only components are plugins.
     pub fn compile(&self, label: &str, wasm: &[u8]) -> Result<Compiled, Error> {
         let policy = |reason: String| Error::Policy { plugin: label.to_owned(), reason };
-        match Engine::detect_precompiled(wasm) {
-            Some(_) => return Err(policy("the file is a precompiled artifact, not a component".into())),
-            None if is_core_module(wasm) => {
-                return Err(policy("the file is a core wasm module, not a component".into()));
-            }
-            None => {}
-        }
+        // Read from the binary (no compile): also refuses a precompiled
+        // artifact, a core module or a file that is not wasm.
+        let interface = Interface::parse(wasm).map_err(policy)?;
         let sha256 = sha256_hex(wasm);
         let (component, cache) = self
             .cache
             .load(&self.engine, &sha256, wasm)
             .map_err(|e| policy(format!("it is not a valid component: {e:#}")))?;
-        let interface = Interface::of(&component, &self.engine);
         Ok(Compiled { component, sha256, interface, cache })
     }
 
@@ -104,6 +99,7 @@ impl Runtime {
     /// (before compiling anything), compile, check the policy, link.
     pub fn load_manifest(&self, manifest: &Manifest) -> Result<Plugin, Error> {
         let wasm = Self::read_pinned(manifest)?;
+        check_policy_before_compile(&manifest.name, &wasm)?;
         let compiled = self.compile(&manifest.name, &wasm)?;
         self.link(&manifest.name, compiled)
     }
@@ -113,6 +109,7 @@ impl Runtime {
     /// precompiled. Returns what the cache did and where the artifact is.
     pub fn precompile(&self, manifest: &Manifest) -> Result<(CacheStatus, std::path::PathBuf), Error> {
         let wasm = Self::read_pinned(manifest)?;
+        check_policy_before_compile(&manifest.name, &wasm)?;
         let compiled = self.compile(&manifest.name, &wasm)?;
         let status = compiled.cache.clone();
         let path = self.cache.path(&self.engine, &compiled.sha256);
@@ -139,8 +136,10 @@ impl Runtime {
     }
 }
 
-/// A core module starts with the same magic as a component but a different
-/// version/layer field.
-fn is_core_module(wasm: &[u8]) -> bool {
-    wasm.len() >= 8 && wasm[..4] == *b"\0asm" && wasm[4..8] == [1, 0, 0, 0]
+/// Check the policy on the component's import section, before compiling:
+/// a refused plugin costs no compile and leaves no cache file.
+fn check_policy_before_compile(label: &str, wasm: &[u8]) -> Result<(), Error> {
+    let policy = |reason: String| Error::Policy { plugin: label.to_owned(), reason };
+    let violations = Interface::parse(wasm).map_err(policy)?.violations();
+    if violations.is_empty() { Ok(()) } else { Err(policy(violations.join("; "))) }
 }

@@ -13,6 +13,8 @@ pub(crate) struct State {
     pub table: ResourceTable,
     pub limiter: MemoryLimiter,
     pub session: Session,
+    /// The call's monotonic clock (sleeps end at the deadline).
+    pub clock: super::wasi::CallClock,
     /// The epoch deadline fired.
     pub timed_out: bool,
 }
@@ -35,13 +37,6 @@ pub(crate) struct HasHost;
 
 impl HasData for HasHost {
     type Data<'a> = HostView<'a>;
-}
-
-/// The `HasData` marker for `wasi:io/*`, which works on the table alone.
-pub(crate) struct HasIo;
-
-impl HasData for HasIo {
-    type Data<'a> = &'a mut ResourceTable;
 }
 
 impl State {

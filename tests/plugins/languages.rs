@@ -1,0 +1,161 @@
+//! The example plugin in Python (`plugins/example-py`, componentize-py) and
+//! JavaScript (`plugins/example-js`, componentize-js), built by the
+//! registries' toolchains (installed by the test itself, see
+//! `tests/support/toolchains.rs`) and run end to end through the real
+//! `durasync run`: for the same inputs they give the Rust example's
+//! results, files and errors, byte for byte.
+
+use std::path::Path;
+
+use super::{Done, files, run_manifest, sha256, support, wasm};
+use support::toolchains::{self, Lang, Source};
+
+/// componentize-py's default build: no flag.
+pub const EXAMPLE_PY: Source =
+    Source { name: "example-py", lang: Lang::Python, dir: "plugins/example-py", flags: &[] };
+
+/// componentize-js's build without wasi:http (which the host does not
+/// provide); stdio, clocks and randomness stay as by default.
+pub const EXAMPLE_JS: Source = Source {
+    name: "example-js",
+    lang: Lang::JavaScript,
+    dir: "plugins/example-js",
+    flags: &["-d", "http", "fetch-event"],
+};
+
+/// Build `source` (cached) and compile it into the test binary's shared
+/// cache once, by `durasync inspect`, before any test runs it: a Python
+/// component takes tens of seconds to compile, and tests that started
+/// `durasync run` on it at the same time would each compile it.
+pub fn ready(source: &Source) -> toolchains::Built {
+    static WARM: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let built = toolchains::build(source);
+    let mut warm = WARM.lock().unwrap_or_else(|p| p.into_inner());
+    if !warm.contains(&built.wasm) {
+        let out = inspect(&built.wasm);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        warm.push(built.wasm.clone());
+    }
+    built
+}
+
+/// `durasync inspect WASM --json` with the test binary's shared cache.
+pub fn inspect(wasm: &Path) -> std::process::Output {
+    std::process::Command::new(support::durasync())
+        .arg("inspect")
+        .arg(wasm)
+        .arg("--json")
+        .env("XDG_CACHE_HOME", support::wasm::target_dir().join("plugins-test-cache"))
+        .output()
+        .unwrap()
+}
+
+/// Inputs run in this order into one root, with what each must give.
+const STEPS: &[(&str, &str)] = &[
+    ("A=1\n# note\n\nB = two\n", "env: created (2 written, 0 removed)"),
+    ("B=two\nA=1", "env: unchanged (0 written, 0 removed)"),
+    ("A=3", "env: replaced (1 written, 1 removed)"),
+    ("oops", "not KEY=value: \"oops\""),
+    ("..=1", "invalid-path"),
+];
+
+/// A manifest for `wasm` named `name`, granting `out` at `root`, written
+/// from the plugin's committed `plugin.toml` with the built file and its
+/// sha256 in place of the committed ones (neither toolchain builds the
+/// same bytes twice).
+fn manifest_for(plugin_dir: &str, name: &str, wasm: &Path, root: &Path, dir: &Path) -> std::path::PathBuf {
+    let committed = support::workspace_root().join(plugin_dir).join("plugin.toml");
+    let mut m: toml::Table = toml::from_str(&std::fs::read_to_string(&committed).unwrap()).unwrap();
+    assert_eq!(m["name"].as_str(), Some(name), "{}", committed.display());
+    let pinned = m["sha256"].as_str().unwrap();
+    assert!(pinned.len() == 64 && pinned.bytes().all(|b| b.is_ascii_hexdigit()), "{pinned}");
+    assert_eq!(m["roots"]["out"]["access"].as_str(), Some("rw"));
+    m.insert("wasm".into(), wasm.display().to_string().into());
+    m.insert("sha256".into(), sha256(&std::fs::read(wasm).unwrap()).into());
+    m["roots"]["out"].as_table_mut().unwrap().insert("path".into(), root.display().to_string().into());
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, toml::to_string(&m).unwrap()).unwrap();
+    path
+}
+
+/// What each step gave: (status, result or error) and the files after it.
+type Trace = Vec<((i32, String), std::collections::BTreeMap<String, (u32, Vec<u8>)>)>;
+
+fn trace(manifest: &Path, root: &Path) -> Trace {
+    STEPS
+        .iter()
+        .map(|(input, _)| {
+            let done = run_manifest(manifest, input.as_bytes(), &[]);
+            (outcome(&done), files(root))
+        })
+        .collect()
+}
+
+/// The result of a success, or the plugin's error message (the text after
+/// `failed: `) of a plugin error; anything else is the whole stderr.
+fn outcome(done: &Done) -> (i32, String) {
+    match done.status {
+        0 => (0, done.json["result"].as_str().unwrap_or_default().to_owned()),
+        10 => (10, done.stderr.split_once("failed: ").map_or(&*done.stderr, |(_, m)| m).trim().to_owned()),
+        s => (s, done.stderr.clone()),
+    }
+}
+
+fn check_against_the_rust_example(source: &Source, plugin_dir: &str) {
+    let built = ready(source);
+    let tmp = tempfile::Builder::new().prefix("durasync-lang-").tempdir().unwrap();
+    let (root, rust_root) = (tmp.path().join("out"), tmp.path().join("rust-out"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&rust_root).unwrap();
+    let manifest = manifest_for(plugin_dir, source.name, &built.wasm, &root, tmp.path());
+    let got = trace(&manifest, &root);
+
+    for (((status, text), _), (input, expected)) in got.iter().zip(STEPS) {
+        assert!(text.contains(expected), "{}: {input:?} gave {status}: {text}", source.name);
+    }
+    assert_eq!(got[0].1["env/B"], (0o644, b"two\n".to_vec()));
+
+    let rust_manifest = tmp.path().join("rust.toml");
+    let rust_wasm = wasm("example");
+    std::fs::write(
+        &rust_manifest,
+        format!(
+            "name = \"example\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n",
+            rust_wasm.display(),
+            sha256(&std::fs::read(&rust_wasm).unwrap()),
+            rust_root.display()
+        ),
+    )
+    .unwrap();
+    let rust = trace(&rust_manifest, &rust_root);
+    assert_eq!(got, rust, "{} and the Rust example differ", source.name);
+}
+
+#[test]
+fn the_python_example_default_build_gives_the_rust_examples_results_files_and_errors() {
+    check_against_the_rust_example(&EXAMPLE_PY, "plugins/example-py");
+}
+
+#[test]
+fn the_javascript_example_gives_the_rust_examples_results_files_and_errors() {
+    check_against_the_rust_example(&EXAMPLE_JS, "plugins/example-js");
+}
+
+#[test]
+fn the_python_and_javascript_examples_describe_themselves() {
+    for (source, name) in [(&EXAMPLE_PY, "example-py"), (&EXAMPLE_JS, "example-js")] {
+        let out = inspect(&ready(source).wasm);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["policy"], "pass", "{v}");
+        assert_eq!(v["describe"]["name"], name);
+        assert_eq!(v["describe"]["roots"], serde_json::json!(["out"]));
+        let imports = v["imports"].as_array().unwrap();
+        // The language runtimes import WASI the host links over an empty context.
+        assert!(
+            imports.iter().any(|i| i.as_str().unwrap().starts_with("wasi:filesystem/preopens@0.2.")),
+            "{v}"
+        );
+        assert!(imports.iter().any(|i| i.as_str().unwrap().starts_with("wasi:random/random@0.2.")), "{v}");
+    }
+}
