@@ -11,6 +11,10 @@ use crate::services::text::escape_all;
 impl Host for HostView<'_> {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         let s = &mut *self.session;
+        if s.past_deadline() {
+            // The call ends as timed out; its message is not forwarded.
+            return Err(wasmtime::Error::msg("deadline reached"));
+        }
         match s.admit_log(message.len() as u64) {
             LogVerdict::Forward => {}
             LogVerdict::DropFirst => {

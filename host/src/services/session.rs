@@ -145,14 +145,22 @@ impl Session {
         Options::default()
     }
 
-    /// What every call starts with: refuse it when the run's deadline has
-    /// passed or a per-run limit was already hit, and when the handle's
-    /// directory is gone.
-    pub(crate) fn admit(&mut self, dir: Option<&Dir>) -> Result<()> {
+    /// Whether the run's deadline has passed (remembered: the run then
+    /// fails as timed out). Every call checks it first, `log` included.
+    pub fn past_deadline(&mut self) -> bool {
         if let Some(deadline) = self.deadline
             && Instant::now() >= deadline
         {
             self.timed_out = true;
+        }
+        self.timed_out
+    }
+
+    /// What every call starts with: refuse it when the run's deadline has
+    /// passed or a per-run limit was already hit, and when the handle's
+    /// directory is gone.
+    pub(crate) fn admit(&mut self, dir: Option<&Dir>) -> Result<()> {
+        if self.past_deadline() {
             return Err(Error::Limit(format!(
                 "timed out after {} (limits.timeout_ms); the call was not started",
                 human_ms(self.limits.timeout_ms)
