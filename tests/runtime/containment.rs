@@ -53,6 +53,27 @@ fn a_host_call_is_never_started_after_the_deadline_and_what_committed_is_reporte
 }
 
 #[test]
+fn a_long_sync_is_stopped_at_the_deadline_before_its_commit_point() {
+    let fx = Fixture::new("hostile", "rw", "fuel = \"unlimited\"\ntimeout_ms = 400");
+    let out = fx.run("huge-sync", &[], "warn");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(PLUGIN_TRAP), "stdout {stdout}\nstderr {stderr}");
+    assert!(stderr.contains("timed out after 400 ms (limits.timeout_ms)"), "{stderr}");
+    assert!(!stdout.contains("ESCAPED") && !stderr.contains("ESCAPED"), "{stdout}{stderr}");
+    // The sync was started and cancelled by the core before its swap:
+    // reported as such, nothing committed, nothing left beside the target.
+    let line = stdout.lines().find(|l| l.contains("data:many")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("cancelled") && line.contains("nothing was changed"), "{line}");
+    assert!(!fx.path("data/many").exists(), "the cancelled sync committed");
+    let leftovers: Vec<_> = std::fs::read_dir(fx.path("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".durasync-"))
+        .collect();
+    assert!(leftovers.is_empty(), "staging left behind: {leftovers:?}");
+}
+
+#[test]
 fn control_characters_from_a_plugin_are_escaped_in_text_and_json() {
     let fx = Fixture::new("hostile", "rw", "");
     let out = fx.run("terminal", &[], "warn");

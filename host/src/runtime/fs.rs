@@ -55,9 +55,11 @@ fn wit_kind(k: EntryKind) -> WitKind {
 }
 
 impl HostView<'_> {
-    /// The call's result for the guest, or a trap once the deadline passed.
-    fn done<T>(&self, r: services::Result<T>) -> WitResult<T> {
-        if self.session.timed_out() {
+    /// The call's result for the guest, or a trap once the deadline passed
+    /// (also when it passed during the call: the core then stopped before
+    /// its commit point, or committed, and the run's records say which).
+    fn done<T>(&mut self, r: services::Result<T>) -> WitResult<T> {
+        if self.session.past_deadline() {
             return Err(wasmtime::Error::msg("deadline reached"));
         }
         Ok(r.map_err(to_wit))

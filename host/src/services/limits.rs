@@ -53,11 +53,10 @@ pub const DEFAULT_CALL_BYTES: u64 = 64 << 20;
 
 /// Most directory levels below a granted root at which a plugin may create
 /// or reach anything (a file at `a/b/c` is 3 levels down), counted from the
-/// root whatever handle the plugin uses. Without it a plugin could chain
-/// `open-dir` handles to build a tree thousands of levels deep, which costs
-/// the host an fd and a path per level whenever it walks the tree (removal,
-/// comparison, recovery). Real configuration trees are a handful deep.
-pub const MAX_DEPTH: usize = 128;
+/// root whatever handle the plugin uses: the core's own limit
+/// ([`crate::durable::MAX_DEPTH`], where its value is explained), so a plugin
+/// chaining `open-dir` handles cannot build deeper than a direct call could.
+pub use crate::durable::MAX_DEPTH;
 
 /// Bytes of guest stdout and of guest stderr kept per call: the first half
 /// and the last half of what was written (a panic message comes last).

@@ -9,7 +9,7 @@ use super::error::{Error, Result};
 use super::grant::{Dir, Grant};
 use super::limits::{Limits, MAX_OPEN_DIRS, human_ms};
 use super::operation::{Done, Operation};
-use crate::durable::Options;
+use crate::durable::{Cancel, Options};
 
 /// What a run's log budget has taken so far.
 #[derive(Debug, Default, Clone, Copy)]
@@ -137,12 +137,14 @@ impl Session {
     }
 
     /// The options every core call of this run gets. This is the one place
-    /// where the run's deadline reaches the durable core: once the core has
-    /// a cancellation hook (stop between steps that are safe to stop at,
-    /// never between a durable step and its commit), hand it `self.deadline`
-    /// here.
+    /// where the run's deadline reaches the durable core: a long operation
+    /// stops between steps that are safe to stop at (never between a durable
+    /// step and its commit) once the deadline has passed, changing nothing.
     pub(crate) fn core_options(&self) -> Options<'static> {
-        Options::default()
+        match self.deadline {
+            Some(deadline) => Options { cancel: Cancel::at(deadline), ..Options::default() },
+            None => Options::default(),
+        }
     }
 
     /// Whether the run's deadline has passed (remembered: the run then

@@ -193,6 +193,14 @@ impl Guest for Hostile {
                 let w = dir.write_file("second", b"too late", 0o644);
                 Ok(format!("ESCAPED: both ran: {r:?} {w:?}"))
             }
+            "huge-sync" => {
+                let dir = root("data")?;
+                // One host call far longer than the run's timeout: the host
+                // must stop it before its commit point, not run it to the end.
+                let files: Vec<File> = (0..20_000).map(|i| file(&format!("f{i}"))).collect();
+                let r = dir.sync("many", &files);
+                Ok(format!("ESCAPED: the sync returned to the guest: {r:?}"))
+            }
             "terminal" => {
                 let dir = root("data")?;
                 log(Level::Warn, "forging\r\nWARN durasync: forged log line\x1b[31m red");
