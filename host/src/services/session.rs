@@ -310,21 +310,27 @@ mod tests {
 
     #[test]
     fn depth_counts_from_the_root_whatever_the_handle() {
+        use crate::services::MAX_DEPTH;
         let tmp = tempfile::tempdir().unwrap();
         let mut s = session(tmp.path(), Limits::default());
         let root = s.open_root("data").unwrap();
-        let sixty = ["d"; 60].join("/");
-        s.sync(&root, &sixty, Vec::new()).unwrap();
-        let mid = s.open_dir(&root, &sixty).unwrap();
-        s.sync(&mid, &sixty, Vec::new()).unwrap();
-        let deep = s.open_dir(&mid, &sixty).unwrap();
-        assert_eq!(deep.depth, 120);
+        let third = MAX_DEPTH / 3;
+        let chain = ["d"; MAX_DEPTH / 3].join("/");
+        s.sync(&root, &chain, Vec::new()).unwrap();
+        let mid = s.open_dir(&root, &chain).unwrap();
+        s.sync(&mid, &chain, Vec::new()).unwrap();
+        let deep = s.open_dir(&mid, &chain).unwrap();
+        assert_eq!(deep.depth, 2 * third);
         let file = || File { name: "f".into(), contents: Vec::new(), mode: 0o644 };
-        // 120 + 7 + the file = 128: allowed; one more level is not.
-        s.sync(&deep, &["d"; 7].join("/"), vec![file()]).unwrap();
-        let err = s.sync(&deep, &["d"; 8].join("/"), vec![file()]).unwrap_err();
-        assert!(matches!(&err, Error::Limit(m) if m.contains("129 directory levels")), "{err}");
-        let err = s.write_file(&deep, &["e"; 9].join("/"), b"", 0o644).unwrap_err();
+        // 2·third + rest levels + the file = MAX_DEPTH: allowed; one more is not.
+        let rest = MAX_DEPTH - 2 * third - 1;
+        let path = |part: &str, n: usize| vec![part; n].join("/");
+        s.sync(&deep, &path("d", rest), vec![file()]).unwrap();
+        let err = s.sync(&deep, &path("d", rest + 1), vec![file()]).unwrap_err();
+        let over = format!("{} directory levels", MAX_DEPTH + 1);
+        assert!(matches!(&err, Error::Limit(m) if m.contains(&over)), "{err}");
+        s.write_file(&deep, &path("e", rest + 1), b"", 0o644).unwrap();
+        let err = s.write_file(&deep, &path("e", rest + 2), b"", 0o644).unwrap_err();
         assert!(matches!(&err, Error::Limit(_)), "{err}");
     }
 }
