@@ -4,10 +4,11 @@
 //! the precompile cache. It knows nothing of the command line.
 //!
 //! A plugin may do exactly what its manifest grants — write durably under
-//! its granted roots, through the host — and nothing else: no file system,
-//! no network, no clocks or randomness, bounded CPU, wall-clock time,
-//! memory, writes, log and output. Every call gets a fresh `Store`, so a
-//! trapped instance is never reused.
+//! its granted roots, through the host — and nothing else: WASI is linked
+//! over a context that grants nothing (no directory, no network, no
+//! environment; real clocks and randomness, see [`policy`]), with bounded
+//! CPU, wall-clock time, memory, writes, log and output. Every call gets a
+//! fresh `Store`, so a trapped instance is never reused.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), durasync::runtime::Error> {
