@@ -227,14 +227,22 @@ impl Runtime {
         }
         // The policy is checked on the import section before compiling: a
         // refused plugin costs no compile and leaves no cache file.
-        let violations = Interface::parse(&wasm)
-            .map_err(|reason| Error::Policy { plugin: manifest.name.clone(), reason })?
-            .violations();
-        if !violations.is_empty() {
-            return Err(Error::Policy { plugin: manifest.name.clone(), reason: violations.join("; ") });
-        }
+        Self::check_policy(&manifest.name, &wasm)?;
         let compiled = self.compile(&manifest.name, &wasm)?;
         self.link(&manifest.name, compiled)
+    }
+
+    /// Check `wasm` against the import policy from its binary alone,
+    /// without compiling it (milliseconds, no cache file): its imports and
+    /// exports, or a policy error naming every violation.
+    pub fn check_policy(label: &str, wasm: &[u8]) -> Result<Interface, Error> {
+        let policy = |reason: String| Error::Policy { plugin: label.to_owned(), reason };
+        let interface = Interface::parse(wasm).map_err(policy)?;
+        let violations = interface.violations();
+        if !violations.is_empty() {
+            return Err(policy(violations.join("; ")));
+        }
+        Ok(interface)
     }
 
     /// The engine (for tests that need to precompile with it).
