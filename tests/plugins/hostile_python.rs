@@ -16,7 +16,7 @@ use super::languages::ready;
 use super::{files, sha256, support};
 use support::toolchains::{Lang, Source};
 
-const HOSTILE_PY: Source =
+pub const HOSTILE_PY: Source =
     Source { name: "hostile-py", lang: Lang::Python, dir: "tests/hostile/python", flags: &[] };
 
 const PLUGIN_ERROR: i32 = 10;

@@ -53,24 +53,46 @@ fn files_in(dir: &Path) -> Vec<String> {
 }
 
 fn check_refused_fast_without_compiling(wasm: &Path, needles: &[&str]) {
+    // The other tests' big compiles first: two cores busy compiling a
+    // Python component would time the machine, not the refusal.
+    for source in
+        [&super::languages::EXAMPLE_PY, &super::languages::EXAMPLE_JS, &super::hostile_python::HOSTILE_PY]
+    {
+        super::languages::ready(source);
+    }
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let (status, stderr, elapsed) = run_refused(wasm, tmp.path(), &cache);
-        assert_eq!(status, POLICY, "{stderr}");
-        for needle in needles {
-            assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
-        }
-        times.push(elapsed);
-    }
-    assert_eq!(files_in(&cache), Vec::<String>::new(), "a refused plugin left a cache file");
-    times.sort();
     let size = std::fs::metadata(wasm).unwrap().len();
-    eprintln!("refusing {} ({size} bytes): fastest {:?}, median {:?}", wasm.display(), times[0], times[2]);
-    // The fastest of five whole `durasync run` processes: a compile of
-    // this component takes seconds, a refusal a few milliseconds.
-    assert!(times[0] < Duration::from_millis(50), "refusing took {times:?}");
+    let mut batches = Vec::new();
+    // Batches of five whole `durasync run` processes, until the fastest of
+    // one is under 50 ms (a compile of this component takes seconds, a
+    // refusal milliseconds); a pause between batches lets a burst of
+    // other tests' load pass. Every run must be refused, none may compile.
+    for _ in 0..20 {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let (status, stderr, elapsed) = run_refused(wasm, tmp.path(), &cache);
+            assert_eq!(status, POLICY, "{stderr}");
+            for needle in needles {
+                assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+            }
+            times.push(elapsed);
+        }
+        assert_eq!(files_in(&cache), Vec::<String>::new(), "a refused plugin left a cache file");
+        times.sort();
+        eprintln!(
+            "refusing {} ({size} bytes): fastest {:?}, median {:?}",
+            wasm.display(),
+            times[0],
+            times[2]
+        );
+        if times[0] < Duration::from_millis(50) {
+            return;
+        }
+        batches.push(times);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    panic!("refusing never took under 50 ms: {batches:?}");
 }
 
 #[test]

@@ -8,7 +8,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::json;
 
-use durasync::runtime::{self, CacheConfig, CacheStatus, Manifest, Operation, RunRequest, Runtime};
+use durasync::runtime::{
+    self, CacheConfig, CacheStatus, Interface, Manifest, Operation, RunRequest, Runtime,
+};
 use durasync::services::text::{escape_all, escape_json_c1, escape_lines};
 
 use super::exit;
@@ -181,13 +183,19 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
     {
         problems.push(format!("sha256 mismatch: the manifest pins {}", m.sha256));
     }
-    let runtime = Runtime::new(&CacheConfig::Default)?;
-    let compiled = runtime.compile(&label, &wasm)?;
-    let interface = compiled.interface.clone();
+    // Imports and exports come from the binary: a plugin the policy refuses
+    // is reported without being compiled.
+    let interface =
+        Interface::parse(&wasm).map_err(|reason| runtime::Error::Policy { plugin: label.clone(), reason })?;
     problems.extend(interface.violations());
     let mut describe = None;
     if problems.is_empty() {
-        match runtime.link(&label, compiled).and_then(|p| p.describe(&label)) {
+        let runtime = Runtime::new(&CacheConfig::Default)?;
+        match runtime
+            .compile(&label, &wasm)
+            .and_then(|c| runtime.link(&label, c))
+            .and_then(|p| p.describe(&label))
+        {
             Ok(info) => describe = Some(info),
             Err(e) => problems.push(e.to_string()),
         }

@@ -99,7 +99,9 @@ impl Runtime {
     /// (before compiling anything), compile, check the policy, link.
     pub fn load_manifest(&self, manifest: &Manifest) -> Result<Plugin, Error> {
         let wasm = Self::read_pinned(manifest)?;
-        check_policy_before_compile(&manifest.name, &wasm)?;
+        // The policy is checked on the import section before compiling: a
+        // refused plugin costs no compile and leaves no cache file.
+        Self::check_policy(&manifest.name, &wasm)?;
         let compiled = self.compile(&manifest.name, &wasm)?;
         self.link(&manifest.name, compiled)
     }
@@ -109,7 +111,9 @@ impl Runtime {
     /// precompiled. Returns what the cache did and where the artifact is.
     pub fn precompile(&self, manifest: &Manifest) -> Result<(CacheStatus, std::path::PathBuf), Error> {
         let wasm = Self::read_pinned(manifest)?;
-        check_policy_before_compile(&manifest.name, &wasm)?;
+        // The policy is checked on the import section before compiling: a
+        // refused plugin costs no compile and leaves no cache file.
+        Self::check_policy(&manifest.name, &wasm)?;
         let compiled = self.compile(&manifest.name, &wasm)?;
         let status = compiled.cache.clone();
         let path = self.cache.path(&self.engine, &compiled.sha256);
@@ -130,16 +134,21 @@ impl Runtime {
         Ok((status, path))
     }
 
+    /// Check `wasm` against the import policy from its binary alone,
+    /// without compiling it (milliseconds, no cache file): its imports and
+    /// exports, or a policy error naming every violation.
+    pub fn check_policy(label: &str, wasm: &[u8]) -> Result<Interface, Error> {
+        let policy = |reason: String| Error::Policy { plugin: label.to_owned(), reason };
+        let interface = Interface::parse(wasm).map_err(policy)?;
+        let violations = interface.violations();
+        if !violations.is_empty() {
+            return Err(policy(violations.join("; ")));
+        }
+        Ok(interface)
+    }
+
     /// The engine (for tests that need to precompile with it).
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
-}
-
-/// Check the policy on the component's import section, before compiling:
-/// a refused plugin costs no compile and leaves no cache file.
-fn check_policy_before_compile(label: &str, wasm: &[u8]) -> Result<(), Error> {
-    let policy = |reason: String| Error::Policy { plugin: label.to_owned(), reason };
-    let violations = Interface::parse(wasm).map_err(policy)?.violations();
-    if violations.is_empty() { Ok(()) } else { Err(policy(violations.join("; "))) }
 }

@@ -1,14 +1,15 @@
 //! The sandboxed plugin runtime: a wasmtime engine with fuel and epoch
-//! interruption, a linker that provides only the allowlisted imports, the
+//! interruption, a linker that provides the contract and WASI over an empty context, the
 //! WIT adapter over [`crate::services`] (which calls [`crate::durable`]),
 //! the manifest and the precompile cache. It knows nothing of the command
 //! line.
 //!
 //! A plugin may do exactly what its manifest grants — write durably under
-//! its granted roots, through the host — and nothing else: no file system,
-//! no network, no clocks or randomness, bounded CPU, wall-clock time,
-//! memory, writes, log and output. Every call gets a fresh `Store`, so a
-//! trapped instance is never reused.
+//! its granted roots, through the host — and nothing else: WASI is linked
+//! over a context that grants nothing (no directory, no network, no
+//! environment; real clocks and randomness, see [`policy`]), with bounded
+//! CPU, wall-clock time, memory, writes, log and output. Every call gets a
+//! fresh `Store`, so a trapped instance is never reused.
 //!
 //! One concept per file: [`engine`](Runtime) (compile, cache, link),
 //! `call.rs` (a call in a fresh store and what its failure means),

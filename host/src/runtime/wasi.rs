@@ -82,15 +82,7 @@ impl HasData for HasClock {
 
 impl ClockView<'_> {
     fn sleep(&mut self, duration: Duration) -> wasmtime::Result<Resource<DynPollable>> {
-        let sleep = match Instant::now().checked_add(duration) {
-            Some(until) if until <= self.clock.deadline => Sleep { until, cut_short: None, yielded: false },
-            _ => Sleep {
-                until: self.clock.deadline,
-                cut_short: Some(self.clock.engine.clone()),
-                yielded: false,
-            },
-        };
-        let sleep = self.table.push(sleep)?;
+        let sleep = self.table.push(Sleep::new(self.clock, duration))?;
         subscribe(self.table, sleep)
     }
 }
@@ -126,6 +118,16 @@ struct Sleep {
     /// whose epoch to bump when the sleep ends there.
     cut_short: Option<Engine>,
     yielded: bool,
+}
+
+impl Sleep {
+    /// A sleep of `duration` from now, cut short at the call's deadline.
+    fn new(clock: &CallClock, duration: Duration) -> Self {
+        match Instant::now().checked_add(duration) {
+            Some(until) if until <= clock.deadline => Sleep { until, cut_short: None, yielded: false },
+            _ => Sleep { until: clock.deadline, cut_short: Some(clock.engine.clone()), yielded: false },
+        }
+    }
 }
 
 #[wasmtime_wasi::async_trait]
@@ -199,4 +201,41 @@ pub(crate) fn add_to_linker<T: WasiView + 'static>(
 pub(crate) fn add_allowed_imports(l: &mut Linker<State>) -> wasmtime::Result<()> {
     bindings::Plugin::add_to_linker::<State, HasHost>(l, State::host)?;
     add_to_linker(l, |s| ClockView { table: &mut s.table, clock: &s.clock })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clock(deadline_in: Duration) -> CallClock {
+        CallClock::new(Instant::now() + deadline_in, &Engine::default())
+    }
+
+    #[test]
+    fn a_sleep_within_the_deadline_is_kept_as_asked() {
+        let c = clock(Duration::from_secs(60));
+        let before = Instant::now();
+        let s = Sleep::new(&c, Duration::from_millis(10));
+        assert!(s.cut_short.is_none());
+        assert!(s.until >= before + Duration::from_millis(10) && s.until < c.deadline);
+    }
+
+    #[test]
+    fn a_sleep_past_the_deadline_ends_at_the_deadline_and_will_bump_the_epoch() {
+        let c = clock(Duration::from_millis(100));
+        for asked in [Duration::from_secs(3600), Duration::from_nanos(u64::MAX), Duration::MAX] {
+            let s = Sleep::new(&c, asked);
+            assert_eq!(s.until, c.deadline, "{asked:?}");
+            assert!(s.cut_short.is_some(), "{asked:?}");
+        }
+    }
+
+    #[test]
+    fn the_monotonic_clock_counts_from_the_start_of_the_call() {
+        let c = clock(Duration::from_secs(1));
+        let a = c.now_ns();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = c.now_ns();
+        assert!(a < 1_000_000_000 && b >= a + 2_000_000, "{a} {b}");
+    }
 }
