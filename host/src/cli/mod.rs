@@ -1,5 +1,6 @@
 //! The `durasync` command line: parse, call the library, print, exit.
 
+pub mod agent;
 pub mod exit;
 pub mod native;
 pub mod plugin;
@@ -27,6 +28,8 @@ pub enum Command {
     Run(plugin::RunArgs),
     /// Show a plugin's sha256, WIT version, imports, exports, policy verdict and `describe`.
     Inspect(plugin::InspectArgs),
+    /// Keep every plugin instance of a config directory in sync, continuously.
+    Agent(agent::AgentArgs),
 }
 
 /// Run one parsed command.
@@ -37,5 +40,6 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Recover(args) => native::recover(args),
         Command::Run(args) => plugin::run(args),
         Command::Inspect(args) => plugin::inspect(args),
+        Command::Agent(args) => agent::run(args),
     }
 }
