@@ -9,7 +9,7 @@ mod support;
 
 //mod config_dir;
 //mod contrib;
-//mod faults;
+mod faults;
 //mod once;
 mod sync;
 
@@ -276,7 +276,15 @@ impl Agent {
     }
 
     fn start_env(node: &Node, args: &[&str], env: &[(&str, &str)]) -> Agent {
-        let mut cmd = Command::new(support::durasync());
+        // systemd sets WATCHDOG_PID to the service's pid: `exec` from a
+        // shell that exports its own pid does the same.
+        let mut cmd = if env.iter().any(|(k, _)| *k == "WATCHDOG_USEC") {
+            let mut sh = Command::new("sh");
+            sh.args(["-c", "WATCHDOG_PID=$$ exec \"$0\" \"$@\""]).arg(support::durasync());
+            sh
+        } else {
+            Command::new(support::durasync())
+        };
         cmd.arg("agent").arg("--config-dir").arg(node.config_dir());
         cmd.args(["--metrics-addr", "127.0.0.1:0"]).args(args);
         cmd.env("XDG_CACHE_HOME", shared_cache()).env("DURASYNC_LOG", "debug").env("NO_COLOR", "1");
