@@ -7,10 +7,10 @@
 #[allow(dead_code)]
 mod support;
 
-//mod config_dir;
+mod config_dir;
 //mod contrib;
 mod faults;
-//mod once;
+mod once;
 mod sync;
 
 use std::collections::BTreeMap;
@@ -403,6 +403,28 @@ impl Agent {
             assert!(
                 start.elapsed() < DEADLINE,
                 "/readyz never answered {status}: {s} {body}\nlog:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Wait until `/readyz` names exactly `names` as not ready (503);
+    /// returns their entries.
+    #[track_caller]
+    fn wait_not_ready(&self, names: &[&str]) -> Vec<serde_json::Value> {
+        let start = Instant::now();
+        loop {
+            let (s, body) = self.get("/readyz");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let not_ready = v["not_ready"].as_array().cloned().unwrap_or_default();
+            let got: Vec<&str> = not_ready.iter().filter_map(|i| i["instance"].as_str()).collect();
+            if s == 503 && got == names {
+                return not_ready;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "/readyz never named {names:?}: {s} {body}\nlog:\n{}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(10));

@@ -238,7 +238,7 @@ pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     let io = |e: std::io::Error| Error::ConfigDir { dir: dir.to_path_buf(), source: e };
     let meta = std::fs::metadata(dir).map_err(io)?;
     if !meta.is_dir() {
-        return Err(io(std::io::Error::from(std::io::ErrorKind::NotADirectory)));
+        return Err(io(rustix::io::Errno::NOTDIR.into()));
     }
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
