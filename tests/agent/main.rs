@@ -8,7 +8,7 @@
 mod support;
 
 mod config_dir;
-//mod contrib;
+mod contrib;
 mod faults;
 mod once;
 mod sync;
