@@ -513,7 +513,9 @@ impl Daemon {
         // Load what changed.
         let mut attempts: Vec<(PathBuf, Option<String>, Result<Loaded, Error>)> = Vec::new();
         for file in files {
-            let previous = self.instances.get(&file).and_then(|i| i.attempted.clone());
+            // A manifest removed and put back while its last run was in
+            // flight is loaded again, whatever its text.
+            let previous = self.instances.get(&file).filter(|i| !i.removed).and_then(|i| i.attempted.clone());
             let text = config::read_manifest(&file).ok();
             if !force && text.is_some() && text == previous {
                 continue;
@@ -548,6 +550,7 @@ impl Daemon {
             });
             let inst = self.instances.entry(file.clone()).or_insert_with(|| Instance::new(file.clone()));
             inst.attempted = text;
+            inst.removed = false;
             let trigger = if force { Trigger::Reload } else { Trigger::Config };
             match result {
                 Ok(l) => {
