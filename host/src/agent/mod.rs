@@ -192,13 +192,15 @@ impl RunReport {
         }
     }
 
-    /// One line for a person: `ok NAME: RESULT (OPS; MS)` or `failed NAME: ERROR`.
+    /// One line for a person: `ok NAME: FIRST LINE OF THE RESULT (OPS; MS)`
+    /// or `failed NAME: ERROR (OPS; MS)` (the whole error, lines joined).
     pub fn summary_line(&self) -> String {
-        let message = self.message.trim().replace('\n', "; ");
         let ms = self.elapsed.as_secs_f64() * 1000.0;
         if self.ok() {
-            format!("ok {}: {message} ({}; {ms:.1} ms)", self.instance, self.operations_summary())
+            let first = self.message.trim().lines().next().unwrap_or_default();
+            format!("ok {}: {first} ({}; {ms:.1} ms)", self.instance, self.operations_summary())
         } else {
+            let message = self.message.trim().replace('\n', "; ");
             format!("failed {}: {message} ({}; {ms:.1} ms)", self.instance, self.operations_summary())
         }
     }
