@@ -1,5 +1,5 @@
 //! The deployment examples under `contrib/`: the systemd unit passes
-//! `systemd-analyze verify`, the Kubernetes objects pass
+//! `systemd-analyze verify` and scores ≤ 2.5 in `systemd-analyze security`, the Kubernetes objects pass
 //! `kubernetes-validate --strict`, and the manifests they carry parse with
 //! the agent's own parser and pin the plugin the build produces.
 
@@ -49,6 +49,15 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     // about the unit is a failure.
     let about_unit: Vec<&str> = text.lines().filter(|l| l.contains("durasync-agent.service")).collect();
     assert!(out.status.success() && about_unit.is_empty(), "systemd-analyze verify:\n{text}");
+    // The hardening, scored offline: exposure 2.0 of 10 ("OK") when written;
+    // a change that loosens it past 2.5 fails here.
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--threshold=25"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "systemd-analyze security scores the unit above 2.5:\n{text}");
 }
 
 #[test]
