@@ -167,3 +167,37 @@ fn the_interval_resyncs_and_repairs_a_target_changed_behind_the_agent_s_back() {
         agent.metric("durasync_agent_triggers_total{instance=\"a\",trigger=\"interval\"}").unwrap() >= 1.0
     );
 }
+
+#[test]
+fn a_mounted_configmap_s_atomic_swap_of_data_triggers_a_run() {
+    // Kubernetes' atomic writer: `file -> ..data/file`, `..data -> ..<ts>`;
+    // an update writes a new `..<ts>` and renames a new `..data` link over
+    // the old one. The input file's own name never changes.
+    let node = Node::new();
+    let mount = node.path("mount");
+    std::fs::create_dir_all(mount.join("..v1")).unwrap();
+    std::fs::write(mount.join("..v1/list.json"), super::list(1)).unwrap();
+    std::os::unix::fs::symlink("..v1", mount.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/list.json", mount.join("list.json")).unwrap();
+    std::fs::create_dir_all(node.root("cm")).unwrap();
+    std::fs::write(
+        node.manifest("cm"),
+        super::certsync_manifest(
+            "cm",
+            &node.root("cm"),
+            &format!("[input]\nfile = \"{}\"\n{SLOW_SCHEDULE}", mount.join("list.json").display()),
+        ),
+    )
+    .unwrap();
+    let agent = Agent::start(&node, &[]);
+    node.wait_generation("cm", 1, &agent);
+    for g in 2..=3 {
+        let version = format!("..v{g}");
+        std::fs::create_dir_all(mount.join(&version)).unwrap();
+        std::fs::write(mount.join(&version).join("list.json"), super::list(g)).unwrap();
+        std::os::unix::fs::symlink(&version, mount.join("..data_tmp")).unwrap();
+        std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
+        node.wait_generation("cm", g, &agent);
+    }
+    agent.wait_metric("durasync_agent_triggers_total{instance=\"cm\",trigger=\"input\"}", 2.0);
+}
