@@ -173,10 +173,12 @@ pub fn run(opts: &Options) -> Result<(), Error> {
     opts.config_dir = std::fs::canonicalize(&opts.config_dir)
         .map_err(|e| Error::ConfigDir { dir: opts.config_dir.clone(), source: e })?;
     let opts = &opts;
+    let mut watcher = Watcher::start(tx.clone(), Event::Watch)
+        .map_err(|e| Error::Setup { what: "starting inotify", source: e })?;
+    // Watch before listing: a manifest written while the others load is seen.
+    watcher.set(&BTreeSet::from([opts.config_dir.clone()]));
     let files = config::manifest_files(&opts.config_dir)?;
     let runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
-    let watcher = Watcher::start(tx.clone(), Event::Watch)
-        .map_err(|e| Error::Setup { what: "starting inotify", source: e })?;
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     let mut d = Daemon {
