@@ -153,3 +153,23 @@ fn a_bad_manifest_is_refused_by_key_and_does_not_stop_the_others() {
     node.wait_generation("b", 1, &agent);
     agent.wait_ready(200);
 }
+
+#[test]
+fn a_metrics_address_in_use_is_a_clear_error_before_anything_runs() {
+    let node = Node::new();
+    node.certsync("a", "");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(support::durasync())
+        .arg("agent")
+        .arg("--config-dir")
+        .arg(node.config_dir())
+        .args(["--metrics-addr", &addr])
+        .env("XDG_CACHE_HOME", super::shared_cache())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(IO), "{stderr}");
+    assert!(stderr.contains(&format!("serving metrics on {addr}: ")), "{stderr}");
+    assert_eq!(node.generation("a"), None, "nothing ran");
+}
