@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job, on a fresh machine, in one command: build the durasync host
-# and the certsync plugin (wasm32-wasip2), then run certsync on the bundled
-# example List (what `kubectl get configmaps,secrets -o json` prints) into
-# demo/certs, and show the tree it wrote: paths, modes, sizes.
+# and the certsync plugin (wasm32-wasip2), then run the agent once on the
+# bundled config directory (contrib/agent.d: certsync on the example List,
+# what `kubectl get configmaps,secrets -o json` prints) into demo/certs, and
+# show the tree it wrote: paths, modes, sizes. On a node the same agent runs
+# continuously (contrib/systemd, contrib/kubernetes).
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$PWD
@@ -26,15 +28,14 @@ echo "   $wasm: $(stat -c %s "$wasm") bytes, sha256 $(sha256sum "$wasm" | cut -d
 rm -rf demo
 mkdir -p demo/certs
 durasync=target/debug/durasync
-manifest=plugins/certsync/plugin.toml
-list=plugins/certsync/example/list.json
+config=contrib/agent.d
 
-echo "== durasync run $manifest --input $list   (root certs = demo/certs)"
-"$durasync" run "$manifest" --input "$list"
+echo "== durasync agent --config-dir $config --once   (certsync: root certs = demo/certs)"
+DURASYNC_LOG=${DURASYNC_LOG:-info} "$durasync" agent --config-dir "$config" --once
 
 echo
 echo "== the same again: nothing changed, nothing is written"
-"$durasync" run "$manifest" --input "$list" | grep -c '^unchanged ' | sed 's/$/ operations unchanged/'
+DURASYNC_LOG=warn "$durasync" agent --config-dir "$config" --once
 
 echo
 echo "== the tree certsync wrote (mode, bytes, path)"

@@ -9,6 +9,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+#[cfg(feature = "runtime")]
+pub mod agent;
 pub mod durable;
 #[cfg(feature = "runtime")]
 pub mod runtime;

@@ -1,5 +1,6 @@
 //! The `durasync` command line: parse, call the library, print, exit.
 
+pub mod agent;
 pub mod exit;
 pub mod native;
 pub mod plugin;
@@ -29,6 +30,8 @@ pub enum Command {
     Compile(plugin::CompileArgs),
     /// Show a plugin's sha256, WIT version, imports, exports, policy verdict and `describe`.
     Inspect(plugin::InspectArgs),
+    /// Keep every plugin instance of a config directory in sync, continuously.
+    Agent(agent::AgentArgs),
 }
 
 /// Run one parsed command.
@@ -40,5 +43,6 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Run(args) => plugin::run(args),
         Command::Compile(args) => plugin::compile(args),
         Command::Inspect(args) => plugin::inspect(args),
+        Command::Agent(args) => agent::run(args),
     }
 }

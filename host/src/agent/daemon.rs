@@ -1,0 +1,628 @@
+//! The agent's loop: one thread owns every instance's state and decides
+//! when each runs; runs happen on threads of their own and report back
+//! through the same channel as inotify and signals.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use super::config::{self, Input};
+use super::health::{Health, InstanceHealth};
+use super::http::MetricsServer;
+use super::metrics::Metrics;
+use super::notify::Notifier;
+use super::watch::{Change, Watcher};
+use super::{Error, Loaded, Options, RunReport, load, log_report, run_instance, spawn_traced};
+use crate::runtime::Runtime;
+
+/// How long the config directory must be quiet before a reload: an editor
+/// or `cp` writes a manifest in several steps.
+const CONFIG_SETTLE: Duration = Duration::from_millis(50);
+
+/// Why a run started (the `trigger` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The agent started.
+    Start,
+    /// The resync interval passed.
+    Interval,
+    /// The input file changed.
+    Input,
+    /// The manifest was added or changed.
+    Config,
+    /// SIGHUP.
+    Reload,
+    /// A retry after a failure.
+    Retry,
+}
+
+impl Trigger {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Trigger::Start => "start",
+            Trigger::Interval => "interval",
+            Trigger::Input => "input",
+            Trigger::Config => "config",
+            Trigger::Reload => "reload",
+            Trigger::Retry => "retry",
+        }
+    }
+}
+
+enum Event {
+    Watch(Change),
+    Signal(i32),
+    Done { file: PathBuf, report: RunReport },
+}
+
+/// One manifest file and what became of it.
+struct Instance {
+    file: PathBuf,
+    /// The plugin's name once it loaded, else the file name.
+    label: String,
+    /// The last good version (kept when a reload fails).
+    loaded: Option<Arc<Loaded>>,
+    /// The text of the last load attempt, to skip unchanged files.
+    attempted: Option<String>,
+    /// Why the last load attempt failed.
+    load_error: Option<String>,
+    running: bool,
+    /// A trigger that arrived while running: run again right after.
+    rerun: Option<Trigger>,
+    due: Option<(Instant, Trigger)>,
+    failures: u32,
+    /// The last run's failure, if it failed.
+    last_error: Option<String>,
+    runs: u64,
+    /// The manifest was removed while a run was in flight.
+    removed: bool,
+}
+
+impl Instance {
+    fn new(file: PathBuf) -> Instance {
+        let label = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Instance {
+            file,
+            label,
+            loaded: None,
+            attempted: None,
+            load_error: None,
+            running: false,
+            rerun: None,
+            due: None,
+            failures: 0,
+            last_error: None,
+            runs: 0,
+            removed: false,
+        }
+    }
+
+    fn input_file(&self) -> Option<&Path> {
+        match &self.loaded.as_ref()?.spec.input {
+            Input::File(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn health(&self) -> InstanceHealth {
+        let sha256 = self.loaded.as_ref().map(|l| l.plugin.sha256.clone());
+        let problem = match (&self.loaded, &self.load_error, &self.last_error) {
+            (None, Some(e), _) => Some(format!("not loaded: {e}")),
+            (None, None, _) => Some("not loaded".to_owned()),
+            (Some(l), Some(e), _) => Some(format!(
+                "reload failed, still running the previous version (sha256 {}): {e}",
+                l.plugin.sha256
+            )),
+            (Some(_), None, Some(e)) => Some(format!("last run failed ({} in a row): {e}", self.failures)),
+            (Some(_), None, None) if self.runs == 0 => Some("not run yet".to_owned()),
+            (Some(_), None, None) => None,
+        };
+        InstanceHealth {
+            instance: self.label.clone(),
+            file: self.file.clone(),
+            sha256,
+            failures: self.failures,
+            problem,
+        }
+    }
+}
+
+struct Daemon {
+    opts: Options,
+    runtime: Runtime,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    notifier: Notifier,
+    watcher: Watcher,
+    tx: Sender<Event>,
+    instances: BTreeMap<PathBuf, Instance>,
+    /// When a quiet config directory should be reloaded.
+    reload_at: Option<Instant>,
+    /// `READY=1` was sent (after the first round).
+    ready_sent: bool,
+    /// A directory could not be watched: retry at the next opportunity.
+    watches_incomplete: bool,
+}
+
+/// Run the agent until SIGTERM or SIGINT. Returns after in-flight runs
+/// finished (or the grace period ended, which is an error naming them).
+pub fn run(opts: &Options) -> Result<(), Error> {
+    let (tx, rx) = mpsc::channel();
+    // Signals first: a SIGTERM during start-up must not kill the process
+    // between two durable steps of a first run.
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT])
+        .map_err(|e| Error::Setup { what: "installing signal handlers", source: e })?;
+    let sig_tx = tx.clone();
+    spawn_traced("signals".into(), move || {
+        for sig in signals.forever() {
+            if sig_tx.send(Event::Signal(sig)).is_err() {
+                return;
+            }
+        }
+    })
+    .map_err(|e| Error::Setup { what: "starting the signal thread", source: e })?;
+
+    let mut opts = opts.clone();
+    // Absolute, so inotify's paths and the manifests' relative paths agree
+    // whatever the working directory.
+    opts.config_dir = std::fs::canonicalize(&opts.config_dir)
+        .map_err(|e| Error::ConfigDir { dir: opts.config_dir.clone(), source: e })?;
+    let opts = &opts;
+    let mut watcher = Watcher::start(tx.clone(), Event::Watch)
+        .map_err(|e| Error::Setup { what: "starting inotify", source: e })?;
+    // Watch before listing: a manifest written while the others load is seen.
+    watcher.set(&BTreeSet::from([opts.config_dir.clone()]));
+    let files = config::manifest_files(&opts.config_dir)?;
+    let runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let mut d = Daemon {
+        opts: opts.clone(),
+        runtime,
+        metrics: metrics.clone(),
+        health: health.clone(),
+        notifier: Notifier::from_env(),
+        watcher,
+        tx,
+        instances: BTreeMap::new(),
+        reload_at: None,
+        ready_sent: false,
+        watches_incomplete: false,
+    };
+    d.start(files)?;
+    let _server = match &opts.metrics_addr {
+        Some(addr) => {
+            let server = MetricsServer::start(addr, metrics, health)?;
+            tracing::info!("serving /metrics, /healthz and /readyz on http://{}", server.addr);
+            Some(server)
+        }
+        None => None,
+    };
+    d.run(rx)
+}
+
+impl Daemon {
+    /// Load every manifest; duplicate names are fatal at start. A manifest
+    /// that does not load is reported and retried when it changes.
+    fn start(&mut self, files: Vec<PathBuf>) -> Result<(), Error> {
+        let mut loaded = Vec::new();
+        for file in files {
+            let mut inst = Instance::new(file.clone());
+            let (text, result) = load(&self.runtime, &file);
+            inst.attempted = text;
+            match result {
+                Ok(l) => {
+                    inst.label = l.spec.manifest.name.clone();
+                    inst.loaded = Some(Arc::new(l));
+                    inst.due = Some((Instant::now(), Trigger::Start));
+                }
+                Err(e) => {
+                    tracing::error!(instance = %inst.label, file = %file.display(), "not loaded: {e}");
+                    self.metrics.reload_failed(&inst.label);
+                    inst.load_error = Some(e.to_string());
+                }
+            }
+            loaded.push(inst);
+        }
+        let names =
+            loaded.iter().filter(|i| i.loaded.is_some()).map(|i| (i.file.as_path(), i.label.as_str()));
+        if let Some((name, files)) = config::duplicate_names(names).into_iter().next() {
+            return Err(Error::DuplicateName { name, files });
+        }
+        for inst in loaded {
+            if let Some(l) = &inst.loaded {
+                self.metrics.loaded(&inst.label, &l.plugin.sha256, None);
+                tracing::info!(instance = %inst.label, file = %inst.file.display(), sha256 = %l.plugin.sha256, "loaded");
+            }
+            self.instances.insert(inst.file.clone(), inst);
+        }
+        tracing::info!(
+            "agent started: {} of {} manifests in {} loaded",
+            self.instances.values().filter(|i| i.loaded.is_some()).count(),
+            self.instances.len(),
+            self.opts.config_dir.display()
+        );
+        self.sync_watches();
+        self.refresh();
+        Ok(())
+    }
+
+    fn run(mut self, rx: Receiver<Event>) -> Result<(), Error> {
+        let mut shutdown: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            self.notifier.ping_if_due(now);
+            if shutdown.is_none() {
+                if self.reload_at.is_some_and(|at| at <= now) {
+                    self.reload_at = None;
+                    self.reload(false);
+                }
+                self.start_due(now);
+            }
+            let running: Vec<String> =
+                self.instances.values().filter(|i| i.running).map(|i| i.label.clone()).collect();
+            if let Some(deadline) = shutdown {
+                if running.is_empty() {
+                    tracing::info!("shut down: no run in flight");
+                    self.notifier.stopping("stopped");
+                    return Ok(());
+                }
+                if now >= deadline {
+                    self.notifier.stopping("stopping: grace period over");
+                    return Err(Error::ShutdownTimeout { instances: running, grace: self.opts.grace });
+                }
+            }
+            let wake = self.next_wake(shutdown);
+            let event = match wake {
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(ev) => ev,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
+                },
+                None => rx.recv().expect("the loop holds a sender"),
+            };
+            match event {
+                Event::Done { file, report } => self.finished(&file, report),
+                Event::Watch(change) => self.changed(change),
+                Event::Signal(SIGHUP) if shutdown.is_none() => {
+                    tracing::info!("SIGHUP: reloading every manifest");
+                    self.reload(true);
+                }
+                Event::Signal(SIGHUP) => {}
+                Event::Signal(sig) => {
+                    if shutdown.is_none() {
+                        let n = self.instances.values().filter(|i| i.running).count();
+                        let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                        tracing::info!(
+                            "{name}: no new runs; waiting up to {} for {n} in-flight run(s)",
+                            humantime::format_duration(self.opts.grace)
+                        );
+                        self.notifier.stopping(&format!("stopping: {n} run(s) in flight"));
+                        shutdown = Some(Instant::now() + self.opts.grace);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The earliest of: a due run, a pending reload, a watchdog ping, the
+    /// end of the grace period.
+    fn next_wake(&self, shutdown: Option<Instant>) -> Option<Instant> {
+        let mut wake = self.notifier.next_ping();
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
+        };
+        match shutdown {
+            Some(deadline) => consider(Some(deadline)),
+            None => {
+                consider(self.reload_at);
+                for inst in self.instances.values() {
+                    if !inst.running && inst.loaded.is_some() {
+                        consider(inst.due.map(|(t, _)| t));
+                    }
+                }
+            }
+        }
+        wake
+    }
+
+    /// Start every loaded, idle instance whose time has come.
+    fn start_due(&mut self, now: Instant) {
+        let due: Vec<PathBuf> = self
+            .instances
+            .values()
+            .filter(|i| !i.running && i.loaded.is_some() && i.due.is_some_and(|(t, _)| t <= now))
+            .map(|i| i.file.clone())
+            .collect();
+        for file in due {
+            self.start_run(&file);
+        }
+    }
+
+    fn start_run(&mut self, file: &Path) {
+        let Some(inst) = self.instances.get_mut(file) else { return };
+        let (Some(loaded), Some((_, trigger))) = (inst.loaded.clone(), inst.due.take()) else { return };
+        inst.running = true;
+        self.metrics.triggered(&inst.label, trigger.label());
+        let tx = self.tx.clone();
+        let file_owned = file.to_path_buf();
+        let name = loaded.spec.manifest.name.clone();
+        let spawned = spawn_traced(format!("run {name}"), move || {
+            let span = tracing::info_span!("run", instance = %name);
+            let _enter = span.enter();
+            tracing::debug!(trigger = trigger.label(), "run started");
+            let report = run_instance(&loaded);
+            log_report(&report);
+            // The loop may be gone at shutdown after the grace period.
+            let _ = tx.send(Event::Done { file: file_owned, report });
+        });
+        if let Err(e) = spawned {
+            tracing::error!(instance = %inst.label, "cannot start a run thread: {e}");
+            inst.running = false;
+            inst.failures = inst.failures.saturating_add(1);
+            let wait = inst
+                .loaded
+                .as_ref()
+                .map_or(config::DEFAULT_BACKOFF_MIN, |l| l.spec.schedule.backoff(inst.failures));
+            inst.due = Some((Instant::now() + wait, Trigger::Retry));
+        }
+    }
+
+    fn finished(&mut self, file: &Path, report: RunReport) {
+        let Some(inst) = self.instances.get_mut(file) else { return };
+        inst.running = false;
+        inst.runs += 1;
+        self.metrics.run_finished(
+            &report.instance,
+            report.result,
+            report.elapsed.as_secs_f64(),
+            report.operations.iter().map(|o| (o.outcome, o.written, o.removed)),
+        );
+        if inst.removed {
+            tracing::info!(instance = %inst.label, "stopped: its manifest was removed");
+            if let Some(l) = &inst.loaded {
+                self.metrics.unloaded(&inst.label, &l.plugin.sha256);
+            }
+            self.instances.remove(file);
+            self.refresh();
+            return;
+        }
+        let now = Instant::now();
+        let schedule = inst.loaded.as_ref().map(|l| l.spec.schedule).unwrap_or_default();
+        if report.ok() {
+            if inst.failures > 0 {
+                tracing::info!(instance = %inst.label, "recovered after {} failed run(s)", inst.failures);
+            }
+            inst.failures = 0;
+            inst.last_error = None;
+            inst.due = Some((now + schedule.interval, Trigger::Interval));
+        } else {
+            inst.failures = inst.failures.saturating_add(1);
+            inst.last_error = Some(report.message.clone());
+            let wait = schedule.backoff(inst.failures);
+            tracing::info!(
+                instance = %inst.label,
+                "retrying in {} (failure {} in a row)",
+                humantime::format_duration(wait),
+                inst.failures
+            );
+            inst.due = Some((now + wait, Trigger::Retry));
+        }
+        if let Some(trigger) = inst.rerun.take() {
+            inst.due = Some((now, trigger));
+        }
+        if !report.ok() || self.watches_incomplete {
+            self.sync_watches();
+        }
+        self.refresh();
+    }
+
+    /// An inotify event: a manifest changed (reload soon) or an input file
+    /// was replaced (run its instances now).
+    fn changed(&mut self, change: Change) {
+        match change {
+            Change::Overflow => {
+                tracing::warn!("inotify queue overflowed: reloading and running every instance");
+                self.reload_at = Some(Instant::now());
+                let files: Vec<PathBuf> = self.instances.keys().cloned().collect();
+                for f in files {
+                    self.trigger(&f, Trigger::Input);
+                }
+            }
+            Change::Gone { wd } => {
+                if let Some(dir) = self.watcher.dir_of(wd) {
+                    tracing::warn!("{} is no longer watched (removed or unmounted)", dir.display());
+                }
+                self.watcher.forget(wd);
+                self.watches_incomplete = true;
+            }
+            Change::Entry { wd, name, complete } => {
+                let Some(dir) = self.watcher.dir_of(wd).map(Path::to_path_buf) else { return };
+                if dir == self.opts.config_dir && config::is_manifest_name(&name) {
+                    self.reload_at = Some(Instant::now() + CONFIG_SETTLE);
+                }
+                if !complete {
+                    return;
+                }
+                // `..data` is what Kubernetes' atomic writer swaps for a
+                // mounted ConfigMap or Secret.
+                let path = dir.join(&name);
+                let hits: Vec<PathBuf> = self
+                    .instances
+                    .values()
+                    .filter(|i| {
+                        i.input_file()
+                            .is_some_and(|p| p == path || (p.parent() == Some(&dir) && name == "..data"))
+                    })
+                    .map(|i| i.file.clone())
+                    .collect();
+                for f in hits {
+                    self.trigger(&f, Trigger::Input);
+                }
+            }
+        }
+    }
+
+    /// Run now, or right after the run in flight.
+    fn trigger(&mut self, file: &Path, trigger: Trigger) {
+        let Some(inst) = self.instances.get_mut(file) else { return };
+        if inst.loaded.is_none() {
+            return;
+        }
+        if inst.running {
+            inst.rerun = Some(trigger);
+        } else {
+            tracing::debug!(instance = %inst.label, "{} changed", trigger.label());
+            inst.due = Some((Instant::now(), trigger));
+        }
+    }
+
+    /// Re-read the config directory. Changed manifests are reloaded (every
+    /// one when `force`); a failed reload keeps the previous version; a
+    /// removed manifest stops its instance after any in-flight run.
+    fn reload(&mut self, force: bool) {
+        let files = match config::manifest_files(&self.opts.config_dir) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!("reload skipped, every instance keeps running as it was: {e}");
+                return;
+            }
+        };
+        let present: BTreeSet<&PathBuf> = files.iter().collect();
+        let gone: Vec<PathBuf> = self.instances.keys().filter(|f| !present.contains(f)).cloned().collect();
+        for file in gone {
+            let inst = self.instances.get_mut(&file).expect("listed");
+            if inst.running {
+                tracing::info!(instance = %inst.label, "manifest removed: stopping after the run in flight");
+                inst.removed = true;
+                inst.due = None;
+                inst.rerun = None;
+            } else {
+                tracing::info!(instance = %inst.label, "manifest removed: stopped");
+                if let Some(l) = &inst.loaded {
+                    self.metrics.unloaded(&inst.label, &l.plugin.sha256);
+                }
+                self.instances.remove(&file);
+            }
+        }
+        // Load what changed.
+        let mut attempts: Vec<(PathBuf, Option<String>, Result<Loaded, Error>)> = Vec::new();
+        for file in files {
+            // A manifest removed and put back while its last run was in
+            // flight is loaded again, whatever its text.
+            let previous = self.instances.get(&file).filter(|i| !i.removed).and_then(|i| i.attempted.clone());
+            let text = config::read_manifest(&file).ok();
+            if !force && text.is_some() && text == previous {
+                continue;
+            }
+            let (text, result) = load(&self.runtime, &file);
+            attempts.push((file, text, result));
+        }
+        // Names must stay unique: a name held by another file that keeps
+        // its version, or wanted by two changed files, is refused.
+        let mut wanted: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for (file, _, result) in &attempts {
+            if let Ok(l) = result {
+                wanted.entry(l.spec.manifest.name.clone()).or_default().push(file.clone());
+            }
+        }
+        let changing: BTreeSet<PathBuf> =
+            attempts.iter().filter(|(_, _, r)| r.is_ok()).map(|(f, _, _)| f.clone()).collect();
+        for (file, text, result) in attempts {
+            let result = result.and_then(|l| {
+                let name = &l.spec.manifest.name;
+                let holder = self.instances.values().find(|i| {
+                    i.file != file && !changing.contains(&i.file) && i.loaded.is_some() && i.label == *name
+                });
+                let mut files: Vec<PathBuf> = wanted[name].clone();
+                if let Some(h) = holder {
+                    files.insert(0, h.file.clone());
+                }
+                if files.len() > 1 {
+                    return Err(Error::DuplicateName { name: name.clone(), files });
+                }
+                Ok(l)
+            });
+            let inst = self.instances.entry(file.clone()).or_insert_with(|| Instance::new(file.clone()));
+            inst.attempted = text;
+            inst.removed = false;
+            let trigger = if force { Trigger::Reload } else { Trigger::Config };
+            match result {
+                Ok(l) => {
+                    let previous =
+                        inst.loaded.as_ref().map(|p| (inst.label.clone(), p.plugin.sha256.clone()));
+                    inst.label = l.spec.manifest.name.clone();
+                    self.metrics.loaded(
+                        &inst.label,
+                        &l.plugin.sha256,
+                        previous.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
+                    );
+                    tracing::info!(instance = %inst.label, file = %file.display(), sha256 = %l.plugin.sha256, "loaded");
+                    inst.loaded = Some(Arc::new(l));
+                    inst.load_error = None;
+                    inst.failures = 0;
+                    inst.last_error = None;
+                    if inst.running {
+                        inst.rerun = Some(trigger);
+                    } else {
+                        inst.due = Some((Instant::now(), trigger));
+                    }
+                }
+                Err(e) => {
+                    self.metrics.reload_failed(&inst.label);
+                    if inst.loaded.is_some() {
+                        tracing::error!(instance = %inst.label, "reload failed, the previous version keeps running: {e}");
+                    } else {
+                        tracing::error!(instance = %inst.label, file = %file.display(), "not loaded: {e}");
+                    }
+                    inst.load_error = Some(e.to_string());
+                }
+            }
+        }
+        self.sync_watches();
+        self.refresh();
+    }
+
+    /// Watch the config directory and every input file's directory.
+    fn sync_watches(&mut self) {
+        let mut dirs = BTreeSet::from([self.opts.config_dir.clone()]);
+        for inst in self.instances.values() {
+            if let Some(dir) = inst.input_file().and_then(Path::parent) {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        self.watches_incomplete = !self.watcher.set(&dirs);
+    }
+
+    /// Publish the state: `/readyz`, the instance gauge, systemd's status
+    /// (and `READY=1` once every instance that loaded has run once).
+    fn refresh(&mut self) {
+        let health: Vec<InstanceHealth> = self.instances.values().map(Instance::health).collect();
+        let loaded = self.instances.values().filter(|i| i.loaded.is_some()).count();
+        let failing = health.iter().filter(|h| h.problem.is_some()).count();
+        self.metrics.set_instances(loaded);
+        self.health.set(health);
+        let status = format!(
+            "{} instances, {} ready, {} not ready",
+            self.instances.len(),
+            self.instances.len() - failing,
+            failing
+        );
+        let first_round_done =
+            self.instances.values().all(|i| i.loaded.is_none() || (i.runs > 0 && !i.running) || i.removed);
+        if !self.ready_sent && first_round_done {
+            self.ready_sent = true;
+            tracing::info!("first round done: {status}");
+            self.notifier.ready(&status);
+        } else if self.ready_sent {
+            self.notifier.status(&status);
+        }
+    }
+}

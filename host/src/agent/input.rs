@@ -1,0 +1,207 @@
+//! Getting an instance's input bytes before a run: read a file, or run a
+//! command with a deadline and take its standard output.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::config::Input;
+
+/// The largest input the agent hands a plugin. A `kubectl get -o json` of a
+/// namespace's configmaps and secrets is well under a MiB; anything this
+/// large is a misconfiguration, and the limit keeps one instance from
+/// holding arbitrary memory.
+pub const MAX_INPUT_BYTES: u64 = 64 << 20;
+/// How much of a failing command's standard error goes into the message.
+pub const MAX_STDERR_BYTES: u64 = 4096;
+
+/// Why no input could be had (the run is skipped).
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// The input file could not be read.
+    #[error("reading input file {path}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The input is larger than [`MAX_INPUT_BYTES`].
+    #[error("input {what} is larger than {MAX_INPUT_BYTES} bytes")]
+    TooLarge {
+        /// The file or command.
+        what: String,
+    },
+    /// The command could not be started.
+    #[error("starting input command {program}: {source}")]
+    Spawn {
+        /// argv[0].
+        program: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The command exited with a failure status.
+    #[error("input command {program} {status}{stderr}")]
+    Failed {
+        /// argv[0].
+        program: String,
+        /// How it ended.
+        status: String,
+        /// `: <its standard error>`, or empty.
+        stderr: String,
+    },
+    /// The command outlived its deadline and was killed.
+    #[error("input command {program} timed out after {ms} ms (input.command_timeout_ms) and was killed")]
+    Timeout {
+        /// argv[0].
+        program: String,
+        /// The deadline.
+        ms: u128,
+    },
+}
+
+/// The input bytes for one run.
+pub fn read(input: &Input) -> Result<Vec<u8>, InputError> {
+    match input {
+        Input::None => Ok(Vec::new()),
+        Input::File(path) => read_file(path),
+        Input::Command { argv, timeout } => run_command(argv, *timeout),
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, InputError> {
+    let err = |e| InputError::File { path: path.display().to_string(), source: e };
+    let file = std::fs::File::open(path).map_err(err)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes).map_err(err)?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(InputError::TooLarge { what: path.display().to_string() });
+    }
+    Ok(bytes)
+}
+
+/// Run `argv` in its own process group with no standard input, collect its
+/// standard output (bounded) and the start of its standard error. Past the
+/// deadline the whole group is killed, so a hung `kubectl` or a shell's
+/// children cannot keep the run waiting.
+fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, InputError> {
+    let program = argv[0].clone();
+    let deadline = Instant::now() + timeout;
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| InputError::Spawn { program: program.clone(), source: e })?;
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let out_tx = tx.clone();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let r = stdout.take(MAX_INPUT_BYTES + 1).read_to_end(&mut buf).map(|_| buf);
+        let _ = out_tx.send((true, r));
+    });
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let r = stderr.take(MAX_STDERR_BYTES).read_to_end(&mut buf).map(|_| buf);
+        let _ = tx.send((false, r));
+    });
+    let kill_group = |child: &mut std::process::Child| {
+        // The child leads its own group (process_group(0)): its pid is the group id.
+        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    };
+    let (mut out, mut err) = (None, None);
+    while out.is_none() || err.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((true, r)) => out = Some(r),
+            Ok((false, r)) => err = Some(r),
+            Err(_) => {
+                kill_group(&mut child);
+                return Err(InputError::Timeout { program, ms: timeout.as_millis() });
+            }
+        }
+        if let Some(Ok(o)) = &out
+            && o.len() as u64 > MAX_INPUT_BYTES
+        {
+            kill_group(&mut child);
+            return Err(InputError::TooLarge { what: format!("from command {program}") });
+        }
+    }
+    // Both pipes are closed; the process itself may still be exiting.
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Ok(None) => {
+                kill_group(&mut child);
+                return Err(InputError::Timeout { program, ms: timeout.as_millis() });
+            }
+            Err(e) => return Err(InputError::Spawn { program, source: e }),
+        }
+    };
+    let stdout =
+        out.expect("received").map_err(|e| InputError::Spawn { program: program.clone(), source: e })?;
+    if !status.success() {
+        let text = err.and_then(Result::ok).map(|b| String::from_utf8_lossy(&b).trim().to_owned());
+        let stderr = match text {
+            Some(t) if !t.is_empty() => format!(": {}", t.replace('\n', " | ")),
+            _ => String::new(),
+        };
+        let status = match status.code() {
+            Some(code) => format!("exited with status {code}"),
+            None => format!("was killed ({status})"),
+        };
+        return Err(InputError::Failed { program, status, stderr });
+    }
+    Ok(stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(args: &[&str], ms: u64) -> Input {
+        Input::Command {
+            argv: args.iter().map(|s| s.to_string()).collect(),
+            timeout: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn a_command_s_stdout_is_the_input() {
+        assert_eq!(read(&cmd(&["sh", "-c", "printf 'a\\nb'"], 10_000)).unwrap(), b"a\nb");
+    }
+
+    #[test]
+    fn a_failing_command_names_its_status_and_stderr() {
+        let e = read(&cmd(&["sh", "-c", "echo no access >&2; exit 3"], 10_000)).unwrap_err();
+        assert_eq!(e.to_string(), "input command sh exited with status 3: no access");
+    }
+
+    #[test]
+    fn a_hung_command_and_its_children_are_killed_at_the_deadline() {
+        let start = Instant::now();
+        let e = read(&cmd(&["sh", "-c", "sleep 30 & sleep 30"], 200)).unwrap_err();
+        assert!(matches!(e, InputError::Timeout { ms: 200, .. }), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn a_missing_program_or_file_is_named() {
+        let e = read(&cmd(&["/nonexistent/kubectl"], 1000)).unwrap_err();
+        assert!(e.to_string().starts_with("starting input command /nonexistent/kubectl: "), "{e}");
+        let e = read(&Input::File("/nonexistent/in.json".into())).unwrap_err();
+        assert!(e.to_string().starts_with("reading input file /nonexistent/in.json: "), "{e}");
+    }
+}

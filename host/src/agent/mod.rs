@@ -1,0 +1,367 @@
+//! `durasync agent`: a node's plugins from one config directory, kept in
+//! sync continuously.
+//!
+//! Every `*.toml` in the directory is one instance: a `durasync run`
+//! manifest plus `[input]` and `[schedule]` ([`config`]). The agent holds one
+//! warm [`Runtime`] (one engine, the shared precompile cache) and runs each
+//! instance in its own thread with a fresh `Store` per run, on these
+//! triggers: start, the resync interval, a change of the input file (inotify
+//! on its directory, so `kubectl … > tmp && mv tmp file` is seen), a change
+//! in the config directory, and SIGHUP.
+//!
+//! What it guarantees:
+//! - Isolation: one instance's trap, timeout, refusal or failing input never
+//!   stops or delays another beyond the shared CPU; a failing instance backs
+//!   off (exponential, capped) and recovers by itself.
+//! - Reloads keep the last good version: a changed manifest that does not
+//!   parse, fails its sha256 pin or the policy leaves the previous version
+//!   running, and is reported (log, `/readyz`, `reload_failures`).
+//! - Shutdown (SIGTERM/SIGINT) stops scheduling and lets in-flight runs
+//!   finish within a grace period. A kill at any instant leaves every target
+//!   old-or-new: that is the durable core's guarantee, the agent adds none.
+//!
+//! What it does not do: watch the component file itself (a new component
+//! comes with a new pinned sha256, that is a manifest change), or order runs
+//! across instances.
+
+pub mod config;
+mod daemon;
+pub mod health;
+mod http;
+pub mod input;
+pub mod metrics;
+mod notify;
+mod watch;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::runtime::{self, CacheConfig, ErrorKind, Operation, Plugin, RunRequest, Runtime};
+
+pub use config::{Input, Schedule, Spec};
+pub use daemon::run;
+pub use metrics::RunResult;
+
+/// How the agent is started.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The directory of instance manifests.
+    pub config_dir: PathBuf,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (none: off).
+    pub metrics_addr: Option<String>,
+    /// The precompile cache.
+    pub cache: CacheConfig,
+    /// How long in-flight runs may take to finish after SIGTERM/SIGINT.
+    pub grace: Duration,
+}
+
+/// Everything the agent can fail with as a whole (one instance's failures
+/// are reported, never returned).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The config directory is missing, not a directory or unreadable.
+    #[error("config directory {dir}: {source}")]
+    ConfigDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// More manifests than [`config::MAX_INSTANCES`].
+    #[error("config directory {dir} holds more than {max} manifests")]
+    TooManyInstances {
+        /// The directory.
+        dir: PathBuf,
+        /// The limit.
+        max: usize,
+    },
+    /// Two manifests name the same plugin.
+    #[error("plugin name `{name}` is used by {}; each instance needs its own name", list(.files))]
+    DuplicateName {
+        /// The shared name.
+        name: String,
+        /// Every file that uses it.
+        files: Vec<PathBuf>,
+    },
+    /// A manifest or plugin error (loading, or the runtime itself).
+    #[error(transparent)]
+    Runtime(runtime::Error),
+    /// Serving metrics failed to start.
+    #[error("serving metrics on {addr}: {reason}")]
+    Serve {
+        /// The address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// Signal handling or inotify could not be set up.
+    #[error("{what}: {source}")]
+    Setup {
+        /// What was being set up.
+        what: &'static str,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Runs were still in flight when the shutdown grace period ended.
+    #[error("shutdown: {} still running after the grace period of {}", list_names(.instances), humantime::format_duration(*.grace))]
+    ShutdownTimeout {
+        /// The instances.
+        instances: Vec<String>,
+        /// The grace period.
+        grace: Duration,
+    },
+}
+
+fn list(files: &[PathBuf]) -> String {
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    names.join(" and ")
+}
+
+fn list_names(names: &[String]) -> String {
+    names.join(", ")
+}
+
+impl Error {
+    /// The class of failure, for the CLI's exit status: duplicate names and
+    /// manifest errors are refusals ([`ErrorKind::Policy`]), the rest I/O.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::DuplicateName { .. } => ErrorKind::Policy,
+            Error::Runtime(e) => e.kind(),
+            _ => ErrorKind::Io,
+        }
+    }
+}
+
+/// A loaded instance: its manifest and its linked plugin.
+pub struct Loaded {
+    /// The parsed manifest.
+    pub spec: Spec,
+    /// The plugin, ready to instantiate (one fresh `Store` per run).
+    pub plugin: Plugin,
+}
+
+/// Read, parse and load the manifest at `file` with the shared runtime.
+/// Returns the text that was read (also on failure, when it could be read),
+/// so a reload can tell an unchanged file from a changed one.
+pub fn load(runtime: &Runtime, file: &Path) -> (Option<String>, Result<Loaded, Error>) {
+    let text = match config::read_manifest(file) {
+        Ok(t) => t,
+        Err(e) => return (None, Err(e)),
+    };
+    let loaded = Spec::parse(&text, file).and_then(|spec| {
+        let plugin = runtime.load_manifest(&spec.manifest).map_err(Error::Runtime)?;
+        Ok(Loaded { spec, plugin })
+    });
+    (Some(text), loaded)
+}
+
+/// How one run ended.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The instance (plugin name).
+    pub instance: String,
+    /// The result class.
+    pub result: RunResult,
+    /// The plugin's result on success, else the error.
+    pub message: String,
+    /// Durable operations done (also those done before a failure).
+    pub operations: Vec<Operation>,
+    /// From the start of reading the input to the end of the run.
+    pub elapsed: Duration,
+}
+
+impl RunReport {
+    /// Whether the run succeeded.
+    pub fn ok(&self) -> bool {
+        self.result == RunResult::Ok
+    }
+
+    /// `3 operations: 1 created, 2 unchanged`.
+    pub fn operations_summary(&self) -> String {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for op in &self.operations {
+            *counts.entry(op.outcome).or_default() += 1;
+        }
+        let parts: Vec<String> = counts.iter().map(|(o, n)| format!("{n} {o}")).collect();
+        match self.operations.len() {
+            0 => "no operations".to_owned(),
+            1 => format!("1 operation: {}", parts.join(", ")),
+            n => format!("{n} operations: {}", parts.join(", ")),
+        }
+    }
+
+    /// One line for a person: `ok NAME: FIRST LINE OF THE RESULT (OPS; MS)`
+    /// or `failed NAME: ERROR (OPS; MS)` (the whole error, lines joined).
+    pub fn summary_line(&self) -> String {
+        let ms = self.elapsed.as_secs_f64() * 1000.0;
+        if self.ok() {
+            let first = self.message.trim().lines().next().unwrap_or_default();
+            format!("ok {}: {first} ({}; {ms:.1} ms)", self.instance, self.operations_summary())
+        } else {
+            let message = self.message.trim().replace('\n', "; ");
+            format!("failed {}: {message} ({}; {ms:.1} ms)", self.instance, self.operations_summary())
+        }
+    }
+}
+
+/// One run of a loaded instance: read its input, open its roots, call the
+/// plugin in a fresh store. Logs under the caller's span.
+pub fn run_instance(loaded: &Loaded) -> RunReport {
+    let start = Instant::now();
+    let name = loaded.spec.manifest.name.clone();
+    let report = |result, message: String, operations: Vec<Operation>| RunReport {
+        instance: name.clone(),
+        result,
+        message,
+        operations,
+        elapsed: start.elapsed(),
+    };
+    let bytes = match input::read(&loaded.spec.input) {
+        Ok(b) => b,
+        Err(e) => return report(RunResult::InputError, format!("run skipped: {e}"), Vec::new()),
+    };
+    let request = match RunRequest::from_manifest(&loaded.spec.manifest, bytes, false) {
+        Ok(r) => r,
+        Err(e) => return report(result_of(&e), e.to_string(), Vec::new()),
+    };
+    match loaded.plugin.run(&request) {
+        Ok(outcome) => report(RunResult::Ok, outcome.result, outcome.operations),
+        Err(e) => report(result_of(&e), e.to_string(), e.operations().to_vec()),
+    }
+}
+
+fn result_of(e: &runtime::Error) -> RunResult {
+    match e.kind() {
+        ErrorKind::Policy => RunResult::Refused,
+        ErrorKind::Trap => RunResult::Trap,
+        ErrorKind::Plugin => RunResult::PluginError,
+        ErrorKind::Io => RunResult::IoError,
+    }
+}
+
+/// Log a finished run's operations and result (under the caller's span,
+/// which names the instance).
+pub(crate) fn log_report(r: &RunReport) {
+    for op in &r.operations {
+        let error = op.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+        let line = format!(
+            "{} {}:{}: {} written, {} removed ({:.1} ms){error}",
+            op.outcome,
+            op.root,
+            op.path.escape_debug(),
+            op.written,
+            op.removed,
+            op.ms
+        );
+        if op.outcome == "unchanged" {
+            tracing::debug!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
+    }
+    let ms = r.elapsed.as_secs_f64() * 1000.0;
+    let message: String = r
+        .message
+        .trim()
+        .replace('\n', "; ")
+        .chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect();
+    if r.ok() {
+        tracing::info!("run ok in {ms:.1} ms ({}): {message}", r.operations_summary());
+    } else {
+        tracing::warn!(
+            result = r.result.label(),
+            "run failed in {ms:.1} ms ({}): {message}",
+            r.operations_summary()
+        );
+    }
+}
+
+/// One summary per manifest of `--once`, in file order.
+#[derive(Debug)]
+pub struct OnceSummary {
+    /// The manifest.
+    pub file: PathBuf,
+    /// The run, or why the manifest did not load.
+    pub outcome: Result<RunReport, String>,
+}
+
+impl OnceSummary {
+    /// Whether the instance loaded and its run succeeded.
+    pub fn ok(&self) -> bool {
+        matches!(&self.outcome, Ok(r) if r.ok())
+    }
+
+    /// The line `--once` prints.
+    pub fn line(&self) -> String {
+        match &self.outcome {
+            Ok(r) => r.summary_line(),
+            Err(e) => format!("failed {}: not loaded: {e}", self.file.display()),
+        }
+    }
+}
+
+/// `--once`: load every manifest, run every loaded instance once (in
+/// parallel, one thread each), and return a summary per manifest. A missing
+/// or unreadable directory and duplicate names are errors; a manifest that
+/// does not load is a failed summary.
+pub fn run_once(opts: &Options) -> Result<Vec<OnceSummary>, Error> {
+    let files = config::manifest_files(&opts.config_dir)?;
+    let runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
+    let mut loaded: Vec<(PathBuf, Result<Arc<Loaded>, String>)> = Vec::new();
+    for file in files {
+        let (_, result) = load(&runtime, &file);
+        let result = result.map(Arc::new).map_err(|e| {
+            tracing::error!(file = %file.display(), "not loaded: {e}");
+            e.to_string()
+        });
+        loaded.push((file, result));
+    }
+    check_duplicates(loaded.iter().filter_map(|(f, l)| l.as_ref().ok().map(|l| (f.as_path(), l))))?;
+    let handles: Vec<_> = loaded
+        .into_iter()
+        .map(|(file, l)| {
+            let handle = l.map(|l| {
+                spawn_traced(format!("run {}", l.spec.manifest.name), move || {
+                    let span = tracing::info_span!("run", instance = %l.spec.manifest.name);
+                    let _enter = span.enter();
+                    let report = run_instance(&l);
+                    log_report(&report);
+                    report
+                })
+            });
+            (file, handle)
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (file, handle) in handles {
+        let outcome = match handle {
+            Ok(Ok(h)) => h.join().map_err(|_| "the run's thread panicked".to_owned()),
+            Ok(Err(e)) => Err(format!("starting a thread: {e}")),
+            Err(e) => Err(e),
+        };
+        out.push(OnceSummary { file, outcome });
+    }
+    Ok(out)
+}
+
+fn check_duplicates<'a>(loaded: impl Iterator<Item = (&'a Path, &'a Arc<Loaded>)>) -> Result<(), Error> {
+    let names: Vec<(&Path, &str)> = loaded.map(|(f, l)| (f, l.spec.manifest.name.as_str())).collect();
+    match config::duplicate_names(names).into_iter().next() {
+        Some((name, files)) => Err(Error::DuplicateName { name, files }),
+        None => Ok(()),
+    }
+}
+
+/// Spawn a named thread that logs to the caller's `tracing` dispatcher (the
+/// agent may run under a scoped one, e.g. for `--log-format json`).
+pub(crate) fn spawn_traced<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+    std::thread::Builder::new().name(name).spawn(move || tracing::dispatcher::with_default(&dispatch, f))
+}
