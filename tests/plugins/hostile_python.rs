@@ -168,6 +168,18 @@ fn python_sleeping_an_hour_is_stopped_at_its_deadline() {
 }
 
 #[test]
+fn an_uncaught_python_exception_is_shown_with_its_traceback() {
+    let fx = Fixture::new("");
+    let (status, stdout, stderr) = fx.attempt("uncaught");
+    assert_eq!(status, PLUGIN_TRAP, "stdout {stdout}\nstderr {stderr}");
+    // The reason first, then the traceback the guest printed before trapping.
+    let reason = stderr.find("panicked").unwrap_or_else(|| panic!("no reason in:\n{stderr}"));
+    let traceback = stderr.find("Traceback").unwrap_or_else(|| panic!("no traceback in:\n{stderr}"));
+    assert!(reason < traceback, "{stderr}");
+    assert!(stderr.contains("KeyError: 'uncaught-marker'"), "{stderr}");
+}
+
+#[test]
 fn python_escaping_its_root_through_the_host_api_is_an_invalid_path() {
     let fx = Fixture::new("");
     check_failed(&fx, "escape-root", PLUGIN_ERROR, "escape-root: host error Error_InvalidPath");

@@ -205,8 +205,11 @@ fn trap_error(e: wasmtime::Error, left: Leftovers) -> Result<Vec<Operation>, Err
         },
         None => TrapReason::Other { message: trap_reason(&e), backtrace: backtrace(&e).into() },
     };
-    // A panic's message already is the end of its stderr.
-    let tail = if matches!(reason, TrapReason::Panic { .. }) { String::new() } else { tail };
+    // A panic's message already is the end of its stderr; what the guest
+    // wrote before it (a Python or JavaScript traceback, when the language
+    // runtime turns an uncaught exception into a panic) is shown.
+    let tail =
+        if matches!(reason, TrapReason::Panic { .. }) { stderr_tail(before_panic(&stderr)) } else { tail };
     Err(Error::Trap { plugin, reason, operations, stderr: tail })
 }
 
@@ -245,6 +248,14 @@ fn stderr_tail(stderr: &str) -> String {
         tail = format!("…{}", &tail[cut..]);
     }
     tail
+}
+
+/// A guest's stderr up to the line where its (last) panic is reported.
+fn before_panic(stderr: &str) -> &str {
+    match stderr.rfind("panicked at ") {
+        Some(at) => &stderr[..stderr[..at].rfind('\n').map_or(0, |nl| nl + 1)],
+        None => stderr,
+    }
 }
 
 /// Why a call trapped, in one line: the trap itself, not where it was.
