@@ -1,7 +1,7 @@
-//! A 1000-file (4 KiB each) directory sync done two ways, in one run:
+//! A 1000-file (4 KiB each) directory sync done three ways, in one run:
 //! `durable::sync_dir` (N + 2 fsyncs, file fsyncs in parallel) and the
-//! upstream library-go `atomicdir.Sync` sequence (2N + 2 fsyncs, one at a
-//! time). Rounds are interleaved and the order rotates every round; each
+//! upstream library-go `atomicdir.Sync` sequence in its two forms (2N + 2
+//! and N + 3 fsyncs, one at a time; see `host/benches/sync/upstream.rs`). Rounds are interleaved and the order rotates every round; each
 //! round writes fresh contents into a target that already holds the
 //! previous round's files. Prints the median, min and max of each, to the
 //! commit point and in total (including removal of the old tree), and the
@@ -9,49 +9,18 @@
 //!
 //! `cargo run --release -p durasync --example upstream_vs_durasync [-- FILES ROUNDS DIR]`
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use durasync::durable::{self, Op, Options, Probe, Tree};
-use rustix::fs::{CWD, RenameFlags};
 
 const SIZE: usize = 4096;
 
-/// The upstream sequence, as library-go's `atomicdir.Sync` with
-/// `fsutil.WriteFileFsync` does it: make sure the target exists, create a
-/// sibling staging dir, then for every file write it (`O_TRUNC`), reopen it
-/// and fsync it, and fsync the staging dir; exchange the two dirs, fsync
-/// both parents (here the same dir, twice), remove the old tree.
-///
-/// Returns the time at which the last parent fsync returned (the commit).
-pub fn upstream_sync(parent: &Path, target: &str, files: &[(String, Vec<u8>)]) -> io::Result<Instant> {
-    let target_path = parent.join(target);
-    std::fs::create_dir_all(&target_path)?;
-    let staging = parent.join(format!("{target}-{:016x}", rand_u64()));
-    std::fs::create_dir(&staging)?;
-    for (name, data) in files {
-        let path = staging.join(name);
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&path)?;
-        f.write_all(data)?;
-        drop(f);
-        // fsutil.WriteFileFsync reopens the file to fsync it ...
-        File::open(&path)?.sync_all()?;
-        // ... and fsyncs its directory after every file.
-        File::open(&staging)?.sync_all()?;
-    }
-    rustix::fs::renameat_with(CWD, &staging, CWD, &target_path, RenameFlags::EXCHANGE)?;
-    // Both parents: the target's and the staging dir's (the same here).
-    File::open(target_path.parent().unwrap())?.sync_all()?;
-    File::open(staging.parent().unwrap())?.sync_all()?;
-    let committed = Instant::now();
-    std::fs::remove_dir_all(&staging)?;
-    Ok(committed)
-}
+/// The upstream sequences: the one copy, shared with the bench.
+#[path = "../benches/sync/upstream.rs"]
+mod upstream;
 
 fn rand_u64() -> u64 {
     let mut b = [0u8; 8];
@@ -145,22 +114,31 @@ fn main() {
         durable::DEFAULT_THREADS
     );
 
-    // Both targets start out holding files, so every round replaces one.
+    // Every target starts out holding files, so every round replaces one.
     let first = contents(files, usize::MAX);
-    upstream_sync(&parent, "upstream", &first).expect("warm-up upstream");
+    upstream::sync_2n2(&parent, "upstream", &first).expect("warm-up upstream");
+    upstream::sync_n3(&parent, "upstream-n3", &first).expect("warm-up upstream-n3");
     durable::sync_dir(parent_fd.as_fd(), "durasync", &to_tree(&first), &Options::default()).expect("warm-up");
 
-    let (mut up, mut ds) = (Times::default(), Times::default());
+    let (mut up, mut up3, mut ds) = (Times::default(), Times::default(), Times::default());
     for round in 0..rounds {
         let data = contents(files, round);
         let tree = to_tree(&data);
-        let order: [bool; 2] = if round % 2 == 0 { [true, false] } else { [false, true] };
-        for upstream_first in order {
-            if upstream_first {
-                let start = Instant::now();
-                let commit = upstream_sync(&parent, "upstream", &data).expect("upstream sync");
-                up.total.push(start.elapsed());
-                up.commit.push(commit - start);
+        let mut order = [0, 1, 2];
+        order.rotate_left(round % 3);
+        for variant in order {
+            if variant < 2 {
+                type Run = fn(&Path, &str, &[(String, Vec<u8>)]) -> std::io::Result<upstream::Timing>;
+                let (name, run, times): (&str, Run, &mut Times) = if variant == 0 {
+                    ("upstream", upstream::sync_2n2, &mut up)
+                } else {
+                    ("upstream-n3", upstream::sync_n3, &mut up3)
+                };
+                let t = run(&parent, name, &data).expect("upstream sync");
+                let want = if variant == 0 { 2 * files + 2 } else { files + 3 };
+                assert_eq!(t.fsyncs, want, "{name}: fsyncs issued");
+                times.total.push(t.total);
+                times.commit.push(t.commit);
             } else {
                 let clock = CommitClock::default();
                 let opts = Options { probe: &clock, ..Options::default() };
@@ -173,16 +151,20 @@ fn main() {
             }
         }
         eprintln!(
-            "round {round:2}: upstream {:7.1} ms, durasync {:7.1} ms (total)",
+            "round {round:2}: upstream {:7.1} ms, upstream-n3 {:7.1} ms, durasync {:7.1} ms (total)",
             ms(*up.total.last().unwrap()),
+            ms(*up3.total.last().unwrap()),
             ms(*ds.total.last().unwrap())
         );
     }
     summary("upstream", &up);
+    summary("upstream-n3", &up3);
     summary("durasync", &ds);
-    println!(
-        "ratio upstream/durasync of medians: to commit {:.2}x, total {:.2}x",
-        ms(median(&up.commit)) / ms(median(&ds.commit)),
-        ms(median(&up.total)) / ms(median(&ds.total))
-    );
+    for (name, t) in [("upstream", &up), ("upstream-n3", &up3)] {
+        println!(
+            "ratio {name}/durasync of medians: to commit {:.2}x, total {:.2}x",
+            ms(median(&t.commit)) / ms(median(&ds.commit)),
+            ms(median(&t.total)) / ms(median(&ds.total))
+        );
+    }
 }

@@ -15,7 +15,18 @@ use crate::common::*;
 /// Create `levels` nested directories named `d` under `dir/name`, with a
 /// file at the bottom, holding one fd at a time; returns the bottom's fd.
 fn deep_chain(dir: &Path, name: &str, levels: usize) -> OwnedFd {
+    wide_deep_chain(dir, name, 0, levels)
+}
+
+/// Like [`deep_chain`], with `width` files beside the chain's top: wide
+/// enough that a removal empties it from several threads, whose stacks are
+/// smaller than the main thread's (a recursive removal overflowed them at
+/// about 4000 levels).
+fn wide_deep_chain(dir: &Path, name: &str, width: usize, levels: usize) -> OwnedFd {
     std::fs::create_dir(dir.join(name)).unwrap();
+    for i in 0..width {
+        std::fs::write(dir.join(name).join(format!("w{i}")), b"w").unwrap();
+    }
     let mut fd: OwnedFd = open_dir(&dir.join(name));
     for _ in 0..levels {
         rustix::fs::mkdirat(&fd, "d", Mode::from_raw_mode(0o755)).unwrap();
@@ -52,7 +63,7 @@ fn recover_removes_a_16000_deep_leftover() {
     let s = Scratch::on_tmpfs();
     durable::sync_dir(s.fd(), "target", &tree(&[("a", b"a", 0o644)]), &opts(&NoProbe, 1)).unwrap();
     let stage = stage_name();
-    drop(deep_chain(s.path(), &stage, 16_000));
+    drop(wide_deep_chain(s.path(), &stage, 20, 16_000));
     let out = durasync(&["recover", "."], s.path());
     assert!(out.status.success(), "recover failed ({}): {}", out.status, stderr(&out));
     assert_eq!(ok_stdout(&out), format!("removed ./{stage}\n"));
@@ -66,7 +77,7 @@ fn the_next_sync_removes_a_16000_deep_leftover() {
     let src = Scratch::new();
     std::fs::create_dir(src.join("src")).unwrap();
     std::fs::write(src.join("src/a"), b"new").unwrap();
-    drop(deep_chain(s.path(), &stage_name(), 16_000));
+    drop(wide_deep_chain(s.path(), &stage_name(), 20, 16_000));
     let from = src.join("src");
     let out = durasync(&["sync", "target", "--from", from.to_str().unwrap()], s.path());
     assert!(out.status.success(), "sync failed ({}): {}", out.status, stderr(&out));
@@ -119,11 +130,11 @@ fn recover_walks_a_2000_deep_non_leftover_tree_with_only_64_fds_allowed() {
 fn a_target_holding_a_5000_deep_tree_is_compared_and_replaced() {
     let s = Scratch::on_tmpfs();
     std::fs::create_dir(s.join("target")).unwrap();
-    drop(deep_chain(&s.join("target"), "deep", 5_000));
+    drop(wide_deep_chain(&s.join("target"), "deep", 20, 5_000));
     let new = tree(&[("a", b"a", 0o644)]);
     let r = durable::sync_dir(s.fd(), "target", &new, &opts(&NoProbe, 4)).unwrap();
     assert_eq!(r.outcome, Outcome::Replaced);
-    assert_eq!(r.removed, 1, "the one file at the bottom of the deep tree");
+    assert_eq!(r.removed, 21, "the file at the bottom of the deep tree and the 20 beside its top");
     assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
     assert!(leftovers(s.path()).is_empty());
     // Removing a deep directory durably works the same way.

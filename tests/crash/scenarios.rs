@@ -382,6 +382,35 @@ fn a_sync_retried_after_a_failed_commit_fsync_ends_durable_at_every_crash_point(
     let mut ex = Explorer::new();
     let sc = sync_retry(&mut ex);
     explore_retry(&mut ex, &sc);
+    // The failed call's old tree waits at its staging name, but on disk it
+    // may still be the target: the retry removes it only after its own
+    // commit. Moving that removal before the retry's staging must be caught.
+    let failed = sc.steps.iter().position(|s| matches!(s.rop, ROp::FsyncFail { .. })).expect("failed fsync");
+    let old_at = sc.steps[..failed]
+        .iter()
+        .find_map(|s| match &s.rop {
+            ROp::Exchange { a, .. } => Some(a.clone()),
+            _ => None,
+        })
+        .expect("the failed call's exchange");
+    let in_old = |rop: &ROp| match rop {
+        ROp::Unlink { path } | ROp::Rmdir { path } | ROp::Chmod { path, .. } => {
+            path == &old_at || path.starts_with(&format!("{old_at}/"))
+        }
+        _ => false,
+    };
+    let (early, rest): (Vec<_>, Vec<_>) =
+        sc.steps[failed + 1..].iter().cloned().partition(|s| in_old(&s.rop));
+    assert!(!early.is_empty(), "the retry removes the old tree");
+    let mut steps = sc.steps[..=failed].to_vec();
+    // Right after the retry's lock, where it would remove stale leftovers.
+    let mut rest = rest.into_iter();
+    steps.extend(rest.next());
+    steps.extend(early);
+    steps.extend(rest);
+    let out = ex.explore(&sc, &steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+    let v = out.violations.first().expect("removing the old tree before the retry's commit is caught");
+    println!("[crash] {}: removing leftovers before the retry's commit is caught: {v}", sc.name);
 }
 
 #[test]

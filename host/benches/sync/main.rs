@@ -16,6 +16,7 @@
 mod startup;
 mod stats;
 mod strace;
+mod upstream;
 mod variants;
 mod wasm;
 
@@ -98,12 +99,19 @@ enum Variant {
     Durasync,
     Plugin,
     Upstream,
+    UpstreamN3,
     Floor,
     Unchanged,
 }
 
-const VARIANTS: [Variant; 5] =
-    [Variant::Durasync, Variant::Plugin, Variant::Upstream, Variant::Floor, Variant::Unchanged];
+const VARIANTS: [Variant; 6] = [
+    Variant::Durasync,
+    Variant::Plugin,
+    Variant::Upstream,
+    Variant::UpstreamN3,
+    Variant::Floor,
+    Variant::Unchanged,
+];
 
 impl Variant {
     fn name(self) -> &'static str {
@@ -111,6 +119,7 @@ impl Variant {
             Variant::Durasync => "durasync",
             Variant::Plugin => "plugin",
             Variant::Upstream => "upstream",
+            Variant::UpstreamN3 => "upstream-n3",
             Variant::Floor => "floor",
             Variant::Unchanged => "unchanged",
         }
@@ -205,7 +214,8 @@ fn run_sync(
     let setup = |seed| contents(n, FILE_SIZE, seed);
     variants::durasync_setup(fd(Variant::Durasync), setup(1));
     variants::durasync_setup(fd(Variant::Plugin), setup(2));
-    variants::upstream(&dir(Variant::Upstream), &setup(3));
+    variants::upstream(&dir(Variant::Upstream), &setup(3), false);
+    variants::upstream(&dir(Variant::UpstreamN3), &setup(5), true);
     variants::floor_setup(fd(Variant::Floor), &setup(4));
     let same = setup(u64::MAX - n as u64);
     variants::durasync_setup(fd(Variant::Unchanged), same.clone());
@@ -227,7 +237,8 @@ fn run_sync(
             let sample = match v {
                 Variant::Durasync => variants::durasync(fd(v), files.clone(), Outcome::Replaced),
                 Variant::Plugin => variants::plugin(plugin, &manifest, plugin_input(&files)),
-                Variant::Upstream => variants::upstream(&dir(v), &files),
+                Variant::Upstream => variants::upstream(&dir(v), &files, false),
+                Variant::UpstreamN3 => variants::upstream(&dir(v), &files, true),
                 Variant::Floor => variants::floor(fd(v), &files, durasync::durable::DEFAULT_THREADS),
                 Variant::Unchanged => variants::durasync(fd(v), files.clone(), Outcome::Unchanged),
             };
@@ -303,13 +314,15 @@ fn report_sync(results: &[NResult], out: &mut String, checks: &mut Vec<Check>) {
     let _ = writeln!(out, "\n### Ratios, per round, median [p10–p90]\n");
     let _ = writeln!(
         out,
-        "| N | rounds | durasync/upstream | durasync/floor | durasync/upstream (commit) | durasync/floor (commit) | plugin/native | unchanged/changed |"
+        "| N | rounds | durasync/upstream | durasync/upstream-n3 | durasync/floor | durasync/upstream (commit) | durasync/upstream-n3 (commit) | durasync/floor (commit) | plugin/native | unchanged/changed |"
     );
-    let _ = writeln!(out, "|---:|---:|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---:|---:|---|---|---|---|---|---|---|---|");
     for r in results {
         let d = r.total(Variant::Durasync);
         let dc = r.commit(Variant::Durasync);
         let up = summarize(&ratios(&d, &r.total(Variant::Upstream)));
+        let up3 = summarize(&ratios(&d, &r.total(Variant::UpstreamN3)));
+        let up3c = summarize(&ratios(&dc, &r.commit(Variant::UpstreamN3)));
         let fl = summarize(&ratios(&d, &r.total(Variant::Floor)));
         let upc = summarize(&ratios(&dc, &r.commit(Variant::Upstream)));
         let flc = summarize(&ratios(&dc, &r.commit(Variant::Floor)));
@@ -317,13 +330,15 @@ fn report_sync(results: &[NResult], out: &mut String, checks: &mut Vec<Check>) {
         let un = summarize(&ratios(&r.total(Variant::Unchanged), &d));
         let _ = writeln!(
             out,
-            "| {} {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.n,
             r.regime,
             r.rounds,
             fmt_summary(&up),
+            fmt_summary(&up3),
             fmt_summary(&fl),
             fmt_summary(&upc),
+            fmt_summary(&up3c),
             fmt_summary(&flc),
             fmt_summary(&pl),
             fmt_summary(&un)
@@ -337,6 +352,7 @@ fn report_sync(results: &[NResult], out: &mut String, checks: &mut Vec<Check>) {
         if r.n == 1000 {
             checks.push(check("durasync/upstream (total)", &up, 0.35));
             checks.push(check("durasync/upstream (commit)", &upc, 0.35));
+            checks.push(check("durasync/upstream-n3 (total)", &up3, 0.35));
             checks.push(check("durasync/floor (total)", &fl, 1.3));
             checks.push(check("durasync/floor (commit)", &flc, 1.3));
             checks.push(check("unchanged/changed", &un, 0.05));

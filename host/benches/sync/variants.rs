@@ -3,12 +3,9 @@
 //! which the change was durable (the commit point, when the variant has
 //! one apart from its end) and the fsyncs it issued, *counted*: through a
 //! counting [`Probe`] for durasync, by counters in the bench's own code for
-//! the upstream sequence and the floor.
+//! the upstream sequences (`upstream.rs`) and the floor.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -141,50 +138,20 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// library-go's `atomicdir.Sync` with `fsutil.WriteFileFsync`, re-implemented
-/// through paths as the Go code works: `MkdirAll(target)`, `MkdirTemp` beside
-/// it; per file `os.WriteFile` (`O_WRONLY|O_CREAT|O_TRUNC`), reopen and fsync
-/// the file, open and fsync the staging dir; `renameat2(RENAME_EXCHANGE)`;
-/// fsync both parents (the same directory here, fsynced twice as upstream
-/// does); `RemoveAll` of the old tree. 2N + 2 sequential fsyncs.
-pub fn upstream(parent: &Path, files: &[(String, Vec<u8>)]) -> Sample {
-    let mut fsyncs = 0;
-    let start = Instant::now();
-    let target = parent.join(TARGET);
-    std::fs::create_dir_all(&target).expect("MkdirAll target");
-    let tmp = parent.join(unique("target"));
-    std::fs::DirBuilder::new().mode(0o700).create(&tmp).expect("MkdirTemp");
-    for (name, data) in files {
-        let path = tmp.join(name);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&path)
-            .expect("WriteFile open");
-        f.write_all(data).expect("WriteFile write");
-        drop(f);
-        File::open(&path).expect("reopen").sync_all().expect("fsync file");
-        File::open(&tmp).expect("open staging").sync_all().expect("fsync staging");
-        fsyncs += 2;
-    }
-    rustix::fs::renameat_with(rustix::fs::CWD, &tmp, rustix::fs::CWD, &target, RenameFlags::EXCHANGE)
-        .expect("exchange");
-    for _ in 0..2 {
-        File::open(parent).expect("open parent").sync_all().expect("fsync parent");
-        fsyncs += 1;
-    }
-    let commit = start.elapsed();
-    std::fs::remove_dir_all(&tmp).expect("RemoveAll old tree");
-    Sample { total: start.elapsed(), commit: Some(commit), fsyncs: Some(fsyncs) }
+/// The upstream sequence in its seed form (2N + 2 fsyncs), or with `n3`
+/// its later form (N + 3), from `upstream.rs`.
+pub fn upstream(parent: &Path, files: &[(String, Vec<u8>)], n3: bool) -> Sample {
+    let run = if n3 { crate::upstream::sync_n3 } else { crate::upstream::sync_2n2 };
+    let t = run(parent, TARGET, files).expect("upstream sync");
+    Sample { total: t.total, commit: Some(t.commit), fsyncs: Some(t.fsyncs) }
 }
 
 /// The physical floor: create and write every file, fsync all of them in
 /// parallel together with the staging directory, exchange, one parent fsync.
 /// No validation, no lock, no comparison, no fchmod. The old tree is then
-/// removed (list, unlink each file, rmdir) so every variant leaves the disk alike;
-/// `total` includes that removal, `commit` does not.
+/// removed (list, unlink each file from `threads` threads as durasync does,
+/// rmdir) so every variant leaves the disk alike; `total` includes that
+/// removal, `commit` does not.
 pub fn floor(parent: BorrowedFd<'_>, files: &[(String, Vec<u8>)], threads: usize) -> Sample {
     let fsyncs = AtomicUsize::new(0);
     let start = Instant::now();
@@ -228,9 +195,18 @@ pub fn floor(parent: BorrowedFd<'_>, files: &[(String, Vec<u8>)], threads: usize
         .map(|e| e.expect("old tree entry").file_name().to_owned())
         .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
         .collect();
-    for name in names {
-        rustix::fs::unlinkat(&old, name.as_c_str(), AtFlags::empty()).expect("unlink old file");
-    }
+    // From several threads, as durasync removes an old tree: with `discard`
+    // each unlink waits for the device, and parallel unlinks overlap.
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, names.len().max(1)) {
+            s.spawn(|| {
+                while let Some(name) = names.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    rustix::fs::unlinkat(&old, name.as_c_str(), AtFlags::empty()).expect("unlink old file");
+                }
+            });
+        }
+    });
     drop(old);
     rustix::fs::unlinkat(parent, staging.as_str(), AtFlags::REMOVEDIR).expect("rmdir old tree");
     Sample { total: start.elapsed(), commit: Some(commit), fsyncs: Some(fsyncs.into_inner()) }

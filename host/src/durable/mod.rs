@@ -3,8 +3,8 @@
 //! WebAssembly; the runtime and the CLI are thin layers over it.
 //!
 //! One file per operation:
-//! [`sync`] (directory sync), [`write`] (single file), [`remove`],
-//! [`recover`], [`primitives`] (raw exchange and fsync), [`read`];
+//! [`sync`](mod@sync) (directory sync), [`write`](mod@write) (single file),
+//! [`remove`](mod@remove), [`recover`](mod@recover), [`primitives`] (raw exchange and fsync), [`read`];
 //! and the pieces they share: [`names`] (path rules), [`tree`] (what a sync
 //! writes), [`walk`] (reading trees on disk), [`diff`] (comparing a tree
 //! with a directory), [`resolve`] (paths beneath a handle), `lock`
@@ -27,6 +27,12 @@
 //! - Concurrent durasync processes serialise on a lock file
 //!   ([`names::LOCK_NAME`]) in the directory that holds the target; other
 //!   programs writing there are not serialised.
+//! - After "committed, durability unknown" the target is marked beside it
+//!   (`.durasync-unsynced-…`) until a later operation's commit fsync
+//!   returned: a retry, in any process, rewrites it from fresh inodes.
+//! - Every walk and removal is iterative with a bounded number of open fds,
+//!   so trees of any depth are handled; durasync creates at most
+//!   [`MAX_DEPTH`] levels below an anchor.
 
 mod cancel;
 pub mod diff;

@@ -32,9 +32,6 @@ pub const PATH_MAX: usize = 4095;
 /// with any depth; only creating one is refused.
 pub const MAX_DEPTH: usize = 64;
 
-/// The former name of [`MAX_DEPTH`].
-pub const DEPTH_MAX: usize = MAX_DEPTH;
-
 /// The lock file durasync keeps in every directory it changes. It is never
 /// removed: removing a lock file that another process is about to open is
 /// a classic race.

@@ -1,6 +1,6 @@
 //! Observation points on every file-system change the core makes.
 //!
-//! The durable core issues each mutating system call through [`super::sys`],
+//! The durable core issues each mutating system call through `sys.rs`,
 //! which calls [`Probe::before`] and [`Probe::after`] around it. Production
 //! code passes [`NoProbe`]; tests pass probes that record the sequence (the
 //! crash-state explorer replays it against a weak persistence model) or that

@@ -35,6 +35,11 @@ use super::tree::{IMPLIED_DIR_MODE, Node, Tree};
 /// The target directory keeps its own mode when it exists and gets
 /// [`IMPLIED_DIR_MODE`] when it is created. The parent must exist.
 ///
+/// A target whose last change ended "committed, durability unknown" is
+/// never answered unchanged: it is rebuilt from fresh inodes (see
+/// `marker.rs`). `opts.cancel` is checked between staged files and before
+/// the swap, never after it ([`Error::Cancelled`]: nothing changed).
+///
 /// Errors other than [`Error::Committed`] leave the target unchanged.
 pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<'_>) -> Result<Report> {
     // 1. Validate everything before touching anything.
