@@ -48,6 +48,9 @@ fn two_instances_sync_at_start_and_every_input_change_reaches_disk_and_the_metri
         agent.wait_metric(&format!("durasync_agent_operations_total{{{l},outcome=\"replaced\"}}"), 10.0);
         agent.wait_metric(&format!("durasync_agent_files_written_total{{{l}}}"), 18.0);
         agent.wait_metric(&format!("durasync_agent_files_removed_total{{{l}}}"), 0.0);
+        // Every file certsync writes holds bytes: at least one per file written.
+        let bytes = agent.metric(&format!("durasync_agent_bytes_written_total{{{l}}}")).unwrap_or(0.0);
+        assert!(bytes >= 18.0, "bytes written {bytes} for 18 files written");
         agent.wait_metric(&format!("durasync_agent_run_duration_seconds_count{{{l}}}"), 6.0);
         let sha = sha256_of(&super::certsync_wasm());
         agent.wait_metric(&format!("durasync_agent_plugin_info{{{l},sha256=\"{sha}\"}}"), 1.0);

@@ -383,7 +383,7 @@ impl Daemon {
             &report.instance,
             report.result,
             report.elapsed.as_secs_f64(),
-            report.operations.iter().map(|o| (o.outcome, o.written, o.removed)),
+            report.operations.iter().map(|o| (o.outcome, o.written, o.removed, o.bytes)),
         );
         if inst.removed {
             tracing::info!(instance = %inst.label, "stopped: its manifest was removed");

@@ -98,6 +98,7 @@ pub struct Metrics {
     operations: Family<OutcomeLabels, Counter>,
     files_written: Family<InstanceLabel, Counter>,
     files_removed: Family<InstanceLabel, Counter>,
+    bytes_written: Family<InstanceLabel, Counter>,
     last_success: Family<InstanceLabel, Gauge<f64, AtomicU64>>,
     triggers: Family<TriggerLabels, Counter>,
     info: Family<InfoLabels, Gauge>,
@@ -127,6 +128,7 @@ impl Metrics {
             operations: Family::default(),
             files_written: Family::default(),
             files_removed: Family::default(),
+            bytes_written: Family::default(),
             last_success: Family::default(),
             triggers: Family::default(),
             info: Family::default(),
@@ -146,6 +148,11 @@ impl Metrics {
             "files_removed",
             "Files of old contents removed by durable operations",
             m.files_removed.clone(),
+        );
+        registry.register(
+            "bytes_written",
+            "Bytes of file contents written by durable operations that changed something",
+            m.bytes_written.clone(),
         );
         registry.register(
             "last_success_timestamp_seconds",
@@ -168,29 +175,32 @@ impl Metrics {
     }
 
     /// Record one finished run.
-    /// `ops` are the durable operations' outcomes, files written and removed.
+    /// `ops` are the durable operations' outcomes, files written and removed,
+    /// and bytes written.
     pub fn run_finished<'a>(
         &self,
         instance: &str,
         result: RunResult,
         seconds: f64,
-        ops: impl IntoIterator<Item = (&'a str, u32, u32)>,
+        ops: impl IntoIterator<Item = (&'a str, u32, u32, u64)>,
     ) {
         let l = InstanceLabel { instance: instance.to_owned() };
         self.runs
             .get_or_create(&ResultLabels { instance: l.instance.clone(), result: result.label().into() })
             .inc();
         self.duration.get_or_create(&l).observe(seconds);
-        let (mut written, mut removed) = (0u64, 0u64);
-        for (outcome, w, r) in ops {
+        let (mut written, mut removed, mut bytes) = (0u64, 0u64, 0u64);
+        for (outcome, w, r, b) in ops {
             self.operations
                 .get_or_create(&OutcomeLabels { instance: l.instance.clone(), outcome: outcome.into() })
                 .inc();
             written += u64::from(w);
             removed += u64::from(r);
+            bytes += b;
         }
         self.files_written.get_or_create(&l).inc_by(written);
         self.files_removed.get_or_create(&l).inc_by(removed);
+        self.bytes_written.get_or_create(&l).inc_by(bytes);
         if result == RunResult::Ok {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             self.last_success.get_or_create(&l).set(now.as_secs_f64());
@@ -243,7 +253,7 @@ mod tests {
     #[test]
     fn a_run_s_counters_reach_the_text() {
         let m = Metrics::new();
-        m.run_finished("a", RunResult::Ok, 0.003, [("created", 2, 1)]);
+        m.run_finished("a", RunResult::Ok, 0.003, [("created", 2, 1, 300)]);
         m.run_finished("a", RunResult::Trap, 0.5, []);
         m.loaded("a", "00ff", None);
         m.loaded("a", "11ee", Some(("a", "00ff")));
@@ -254,6 +264,7 @@ mod tests {
             "durasync_agent_operations_total{instance=\"a\",outcome=\"created\"} 1",
             "durasync_agent_files_written_total{instance=\"a\"} 2",
             "durasync_agent_files_removed_total{instance=\"a\"} 1",
+            "durasync_agent_bytes_written_total{instance=\"a\"} 300",
             "durasync_agent_run_duration_seconds_count{instance=\"a\"} 2",
             "durasync_agent_plugin_info{instance=\"a\",sha256=\"11ee\"} 1",
         ] {

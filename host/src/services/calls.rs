@@ -108,10 +108,11 @@ impl Session {
             refuse_link(pfd.as_fd(), name, path)?;
             (durable::sync_dir(pfd.as_fd(), name, &tree, &opts).map_err(core)?, None)
         };
+        let bytes = if report.outcome != Outcome::Unchanged { tree.total_bytes() } else { 0 };
         if report.outcome != Outcome::Unchanged {
-            self.charge(tree.file_count() as u64, tree.total_bytes());
+            self.charge(tree.file_count() as u64, bytes);
         }
-        Ok((Done::of(&report, changes), report))
+        Ok((Done { bytes, ..Done::of(&report, changes) }, report))
     }
 
     /// `write-file`: replace one file.
@@ -134,10 +135,11 @@ impl Session {
             refuse_link(pfd.as_fd(), name, path)?;
             (durable::write_file(pfd.as_fd(), name, contents, Some(mode), &opts).map_err(core)?, None)
         };
+        let bytes = if report.outcome != Outcome::Unchanged { contents.len() as u64 } else { 0 };
         if report.outcome != Outcome::Unchanged {
-            self.charge(1, contents.len() as u64);
+            self.charge(1, bytes);
         }
-        Ok((Done::of(&report, changes), report))
+        Ok((Done { bytes, ..Done::of(&report, changes) }, report))
     }
 
     /// `remove`: durably remove a file or a tree; `false` when nothing was there.

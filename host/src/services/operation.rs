@@ -21,6 +21,9 @@ pub struct Operation {
     pub written: u32,
     /// Files of the old contents removed.
     pub removed: u32,
+    /// Bytes of file contents written (0 when nothing changed; a changed
+    /// sync counts its whole new tree).
+    pub bytes: u64,
     /// How long the host took, in milliseconds.
     pub ms: f64,
     /// Why it failed (`outcome` = `failed` only).
@@ -70,15 +73,22 @@ pub(crate) struct Done {
     pub outcome: &'static str,
     pub written: u32,
     pub removed: u32,
+    pub bytes: u64,
     pub plan: Option<Changes>,
 }
 
 impl Done {
     pub fn of(report: &Report, plan: Option<Changes>) -> Self {
-        Done { outcome: report.outcome.as_str(), written: report.written, removed: report.removed, plan }
+        Done {
+            outcome: report.outcome.as_str(),
+            written: report.written,
+            removed: report.removed,
+            bytes: 0,
+            plan,
+        }
     }
 
     pub fn just(outcome: &'static str) -> Self {
-        Done { outcome, written: 0, removed: 0, plan: None }
+        Done { outcome, written: 0, removed: 0, bytes: 0, plan: None }
     }
 }

@@ -89,7 +89,7 @@ pub(crate) fn remove(dir: &Dir, parent: BorrowedFd<'_>, name: &str, path: &str) 
             let removed = if is_dir { count_files(dir.fd.as_fd(), path)? } else { 1 };
             let shown = if is_dir { format!("{name}/") } else { name.to_owned() };
             let plan = Changes { removed: vec![shown], ..Changes::default() };
-            (Done { outcome: "removed", written: 0, removed, plan: Some(plan) }, true)
+            (Done { outcome: "removed", written: 0, removed, bytes: 0, plan: Some(plan) }, true)
         }
     })
 }

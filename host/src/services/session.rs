@@ -243,14 +243,15 @@ impl Session {
             outcome: "failed",
             written: 0,
             removed: 0,
+            bytes: 0,
             ms,
             error: None,
             plan: None,
         };
         let out = match result {
             Ok((done, value)) => {
-                (rec.outcome, rec.written, rec.removed, rec.plan) =
-                    (done.outcome, done.written, done.removed, done.plan);
+                (rec.outcome, rec.written, rec.removed, rec.bytes, rec.plan) =
+                    (done.outcome, done.written, done.removed, done.bytes, done.plan);
                 Ok(value)
             }
             Err(e) => {
