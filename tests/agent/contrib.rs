@@ -8,7 +8,7 @@ use std::process::Command;
 
 use durasync::agent::{Input, Spec};
 
-use super::{skip_or_fail, support};
+use super::support;
 
 fn contrib(rel: &str) -> std::path::PathBuf {
     support::workspace_root().join("contrib").join(rel)
@@ -29,7 +29,9 @@ fn tool(name: &str, probe: &[&str]) -> bool {
 #[test]
 fn the_systemd_unit_passes_systemd_analyze_verify() {
     if !tool("systemd-analyze", &["--version"]) {
-        skip_or_fail("the_systemd_unit_passes_systemd_analyze_verify", "systemd-analyze is not installed");
+        support::cannot_check(
+            "the_systemd_unit_passes_systemd_analyze_verify: systemd-analyze is not installed",
+        );
         return;
     }
     let unit = std::fs::read_to_string(contrib("systemd/durasync-agent.service")).unwrap();
@@ -78,9 +80,8 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
     assert_eq!(spec.input, Input::File("/var/lib/durasync/kube-apiserver-certs.json".into()));
 
     if !tool("kubernetes-validate", &["--version"]) {
-        skip_or_fail(
-            "the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest",
-            "kubernetes-validate is not installed (pip install kubernetes-validate)",
+        support::cannot_check(
+            "the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest: kubernetes-validate is not installed (pip install kubernetes-validate)",
         );
         return;
     }

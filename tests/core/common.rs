@@ -321,15 +321,7 @@ pub fn durasync_umask(umask: &str, args: &[&str], cwd: &Path) -> Output {
         .expect("run sh")
 }
 
-/// A test that cannot run its real check here (a missing tool, no root):
-/// under CI (`CI` set and not `false`/`0`) that is a failure; elsewhere it
-/// is reported loudly and the caller skips the check.
-pub fn cannot_check(why: &str) {
-    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0") {
-        panic!("CI is set, so this check must run, but it cannot: {why}");
-    }
-    eprintln!("SKIPPED (under CI this fails): {why}");
-}
+pub use crate::support::cannot_check;
 
 /// stdout of a run that must have succeeded.
 pub fn ok_stdout(out: &Output) -> String {

@@ -18,18 +18,7 @@ mod trace;
 
 use std::path::PathBuf;
 
-/// A test that cannot run its real check here (a missing tool): under CI
-/// (`CI` set and not `false`/`0`) that is a failure; elsewhere it is
-/// reported loudly and the caller skips the check.
-pub fn cannot_check(why: &str) {
-    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0") {
-        panic!("CI is set, so this check must run, but it cannot: {why}");
-    }
-    eprintln!(
-        "\n!!! SKIPPED (under CI this fails): {why}\n\
-         !!! Install it (apt-get install strace; .ci/run does) and rerun.\n"
-    );
-}
+pub use support::cannot_check;
 
 /// Where crash states are materialised: `$DURASYNC_CRASH_TMP`, else
 /// `/dev/shm` when it is a writable tmpfs (thousands of tiny trees are
