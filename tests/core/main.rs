@@ -16,5 +16,6 @@ mod faults;
 mod fsync_count;
 mod leftovers;
 mod modes;
+mod non_utf8;
 mod retry;
 mod upstream_matrix;

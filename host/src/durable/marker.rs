@@ -21,7 +21,7 @@ use std::os::fd::BorrowedFd;
 
 use super::error::{Error, Result};
 use super::sys::{Kind, Sys, kind_at};
-use super::walk::list_names;
+use super::walk::list_own_names;
 
 /// Prefix of marker names; `.durasync-` makes them reserved, and the label
 /// is not one recovery removes.
@@ -47,7 +47,7 @@ pub(crate) fn is_marked(dir: BorrowedFd<'_>, name: &str) -> Result<bool> {
 
 /// Whether any target in `dir` is marked unsynced.
 pub(crate) fn any_marked(dir: BorrowedFd<'_>) -> Result<bool> {
-    Ok(list_names(dir, ".")?.iter().any(|n| n.starts_with(PREFIX)))
+    Ok(list_own_names(dir, ".")?.iter().any(|n| n.starts_with(PREFIX)))
 }
 
 /// Mark `name` in `dir` unsynced. Returns whether the marker is new.

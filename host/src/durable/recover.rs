@@ -10,13 +10,13 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Options;
-use super::error::{Error, Result, Step};
+use super::error::Result;
 use super::lock::lock;
 use super::marker::any_marked;
 use super::names::{LOCK_NAME, is_leftover};
 use super::parallel;
 use super::sys::{Kind, Sys, join, kind_at};
-use super::walk::{DirStack, list_names};
+use super::walk::{DirStack, list_own_names, read_names};
 
 /// Remove every durasync leftover in `dir` and, recursively, in its
 /// subdirectories (never descending through links). Returns the removed
@@ -84,7 +84,7 @@ fn recover_one(
 ) -> Result<(Vec<String>, bool)> {
     let dir = stack.top();
     let path = stack.path();
-    let names = list_names(dir, path)?;
+    let names = list_own_names(dir, path)?;
     let has_lock = names.iter().any(|n| n == LOCK_NAME);
     let possibly_target = matches!(place, Place::Below { below_lock: true }) && !has_lock;
     if !possibly_target && names.iter().any(|n| is_leftover(n)) {
@@ -119,7 +119,8 @@ pub(crate) fn remove_leftovers_or_defer(sys: &Sys<'_>, dir: BorrowedFd<'_>) -> R
 }
 
 pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<String>> {
-    let mut names: Vec<String> = list_names(dir, dir_path)?.into_iter().filter(|n| is_leftover(n)).collect();
+    let mut names: Vec<String> =
+        list_own_names(dir, dir_path)?.into_iter().filter(|n| is_leftover(n)).collect();
     names.sort();
     let mut removed = Vec::with_capacity(names.len());
     for name in names {
@@ -180,10 +181,10 @@ fn remove_tree_in(
     // At most one directory of a removal is emptied from several threads.
     let mut may_split = parallel;
     loop {
-        let batch = read_batch(stack.top(), stack.path(), REMOVE_BATCH)?;
+        let batch = read_batch(sys, stack.top(), stack.path(), REMOVE_BATCH)?;
         if may_split && batch.len() >= PARALLEL_REMOVE_MIN {
             may_split = false;
-            let children = list_names(stack.top(), stack.path())?;
+            let children = read_batch(sys, stack.top(), stack.path(), usize::MAX)?;
             count += remove_children_parallel(sys, stack.top(), stack.path(), &children)?;
             continue;
         }
@@ -227,30 +228,29 @@ fn enter(sys: &Sys<'_>, stack: &mut DirStack<'_>, name: &str, mode: u32) -> Resu
     Ok(())
 }
 
-/// Up to `max` names of `dir`, without `.` and `..`, in directory order.
-fn read_batch(dir: BorrowedFd<'_>, dir_path: &str, max: usize) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    let reader = rustix::fs::Dir::read_from(dir).map_err(|e| Error::io(Step::Read, dir_path, e))?;
-    for entry in reader {
-        let entry = entry.map_err(|e| Error::io(Step::Read, dir_path, e))?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        match std::str::from_utf8(name) {
-            Ok(s) => out.push(s.to_owned()),
-            Err(_) => {
-                return Err(Error::InvalidPath {
-                    path: join(dir_path, &String::from_utf8_lossy(name)),
-                    reason: "names must be valid UTF-8",
-                });
+/// Up to `max` names of `dir`, a directory inside a leftover being removed.
+/// An entry whose name is not UTF-8 (the rest of the core cannot name it)
+/// is first renamed to a UTF-8 name, so recovery can remove any leftover,
+/// whatever someone put inside it.
+fn read_batch(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str, max: usize) -> Result<Vec<String>> {
+    read_names(dir, dir_path, max, &mut |raw| {
+        let from_path = join(dir_path, &String::from_utf8_lossy(raw.to_bytes()));
+        let hash = raw
+            .to_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+        // Inside a leftover, under its directory's lock: nothing else
+        // creates names here, so the first free one stays free.
+        for i in 0u32.. {
+            let to = format!("non-utf8-{hash:016x}-{i}");
+            let to_path = join(dir_path, &to);
+            if kind_at(dir, &to, &to_path)?.0 == Kind::Missing {
+                sys.rename_raw(dir, raw, &from_path, &to, &to_path)?;
+                return Ok(Some(to));
             }
         }
-        if out.len() == max {
-            break;
-        }
-    }
-    Ok(out)
+        unreachable!("u32 names ran out in one directory")
+    })
 }
 
 /// Remove `children` of `dir` from [`super::DEFAULT_THREADS`] threads;

@@ -145,6 +145,23 @@ impl<'p> Sys<'p> {
         })
     }
 
+    /// Plain `renameat(2)` of an entry whose name is not UTF-8 to `to` in the
+    /// same directory (recovery, inside a leftover it removes; the probe sees
+    /// the old name lossily).
+    pub(crate) fn rename_raw(
+        &self,
+        dir: BorrowedFd<'_>,
+        from: &std::ffi::CStr,
+        from_path: &str,
+        to: &str,
+        to_path: &str,
+    ) -> Result<()> {
+        let op = Op::Rename { from: from_path, to: to_path, replace: true };
+        self.observe(op, Step::Rename, to_path, || {
+            rustix::fs::renameat(dir, from, dir, to).map_err(io::Error::from)
+        })
+    }
+
     /// `unlinkat` of a file, link or other non-directory.
     pub(crate) fn unlink(&self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<()> {
         self.observe(Op::Unlink { path }, Step::Remove, path, || {

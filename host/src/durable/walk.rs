@@ -201,22 +201,46 @@ fn sorted_desc(mut names: Vec<String>) -> Vec<String> {
 /// The names in a directory, without `.` and `..`. Names that are not UTF-8
 /// are an error: durasync cannot name them back to the kernel faithfully.
 pub(crate) fn list_names(dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<String>> {
+    read_names(dir, dir_path, usize::MAX, &mut |name| {
+        Err(Error::InvalidPath {
+            path: join(dir_path, &String::from_utf8_lossy(name.to_bytes())),
+            reason: "names must be valid UTF-8",
+        })
+    })
+}
+
+/// The UTF-8 names in a directory, passing over any other: for scans that
+/// look only for durasync's own names (leftovers, lock files, markers, all
+/// ASCII), so a stray entry with a non-UTF-8 name beside a target never
+/// stops an operation or a recovery.
+pub(crate) fn list_own_names(dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<String>> {
+    read_names(dir, dir_path, usize::MAX, &mut |_| Ok(None))
+}
+
+/// Up to `max` names of `dir`, without `.` and `..`, in directory order.
+/// A name that is not UTF-8 is handed to `other`, which refuses it (an
+/// error), passes over it (`None`) or gives the UTF-8 name it now has
+/// (`Some`, after renaming it).
+pub(crate) fn read_names(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    max: usize,
+    other: &mut dyn FnMut(&std::ffi::CStr) -> Result<Option<String>>,
+) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let reader = rustix::fs::Dir::read_from(dir).map_err(|e| Error::io(Step::Read, dir_path, e))?;
     for entry in reader {
         let entry = entry.map_err(|e| Error::io(Step::Read, dir_path, e))?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
             continue;
         }
-        match std::str::from_utf8(name) {
+        match std::str::from_utf8(name.to_bytes()) {
             Ok(s) => out.push(s.to_owned()),
-            Err(_) => {
-                return Err(Error::InvalidPath {
-                    path: join(dir_path, &String::from_utf8_lossy(name)),
-                    reason: "names must be valid UTF-8",
-                });
-            }
+            Err(_) => out.extend(other(name)?),
+        }
+        if out.len() >= max {
+            break;
         }
     }
     Ok(out)
