@@ -10,49 +10,19 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use super::config::{self, Input};
-use super::health::{Health, InstanceHealth};
+use super::config;
+use super::health::Health;
 use super::http::MetricsServer;
+use super::instance::{Instance, Trigger};
 use super::metrics::Metrics;
 use super::notify::Notifier;
 use super::watch::{Change, Watcher};
-use super::{Error, Loaded, Options, RunReport, load, log_report, run_instance, spawn_traced};
+use super::{Error, Options, RunReport, load, log_report, run_instance, spawn_traced};
 use crate::runtime::Runtime;
 
 /// How long the config directory must be quiet before a reload: an editor
 /// or `cp` writes a manifest in several steps.
 const CONFIG_SETTLE: Duration = Duration::from_millis(50);
-
-/// Why a run started (the `trigger` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    /// The agent started.
-    Start,
-    /// The resync interval passed.
-    Interval,
-    /// The input file changed.
-    Input,
-    /// The manifest was added or changed.
-    Config,
-    /// SIGHUP.
-    Reload,
-    /// A retry after a failure.
-    Retry,
-}
-
-impl Trigger {
-    /// The label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Trigger::Start => "start",
-            Trigger::Interval => "interval",
-            Trigger::Input => "input",
-            Trigger::Config => "config",
-            Trigger::Reload => "reload",
-            Trigger::Retry => "retry",
-        }
-    }
-}
 
 enum Event {
     Watch(Change),
@@ -60,93 +30,21 @@ enum Event {
     Done { file: PathBuf, report: RunReport },
 }
 
-/// One manifest file and what became of it.
-struct Instance {
-    file: PathBuf,
-    /// The plugin's name once it loaded, else the file name.
-    label: String,
-    /// The last good version (kept when a reload fails).
-    loaded: Option<Arc<Loaded>>,
-    /// The text of the last load attempt, to skip unchanged files.
-    attempted: Option<String>,
-    /// Why the last load attempt failed.
-    load_error: Option<String>,
-    running: bool,
-    /// A trigger that arrived while running: run again right after.
-    rerun: Option<Trigger>,
-    due: Option<(Instant, Trigger)>,
-    failures: u32,
-    /// The last run's failure, if it failed.
-    last_error: Option<String>,
-    runs: u64,
-    /// The manifest was removed while a run was in flight.
-    removed: bool,
-}
-
-impl Instance {
-    fn new(file: PathBuf) -> Instance {
-        let label = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Instance {
-            file,
-            label,
-            loaded: None,
-            attempted: None,
-            load_error: None,
-            running: false,
-            rerun: None,
-            due: None,
-            failures: 0,
-            last_error: None,
-            runs: 0,
-            removed: false,
-        }
-    }
-
-    fn input_file(&self) -> Option<&Path> {
-        match &self.loaded.as_ref()?.spec.input {
-            Input::File(p) => Some(p),
-            _ => None,
-        }
-    }
-
-    fn health(&self) -> InstanceHealth {
-        let sha256 = self.loaded.as_ref().map(|l| l.plugin.sha256.clone());
-        let problem = match (&self.loaded, &self.load_error, &self.last_error) {
-            (None, Some(e), _) => Some(format!("not loaded: {e}")),
-            (None, None, _) => Some("not loaded".to_owned()),
-            (Some(l), Some(e), _) => Some(format!(
-                "reload failed, still running the previous version (sha256 {}): {e}",
-                l.plugin.sha256
-            )),
-            (Some(_), None, Some(e)) => Some(format!("last run failed ({} in a row): {e}", self.failures)),
-            (Some(_), None, None) if self.runs == 0 => Some("not run yet".to_owned()),
-            (Some(_), None, None) => None,
-        };
-        InstanceHealth {
-            instance: self.label.clone(),
-            file: self.file.clone(),
-            sha256,
-            failures: self.failures,
-            problem,
-        }
-    }
-}
-
-struct Daemon {
-    opts: Options,
-    runtime: Runtime,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    notifier: Notifier,
-    watcher: Watcher,
+pub(super) struct Daemon {
+    pub(super) opts: Options,
+    pub(super) runtime: Runtime,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) health: Arc<Health>,
+    pub(super) notifier: Notifier,
+    pub(super) watcher: Watcher,
     tx: Sender<Event>,
-    instances: BTreeMap<PathBuf, Instance>,
+    pub(super) instances: BTreeMap<PathBuf, Instance>,
     /// When a quiet config directory should be reloaded.
     reload_at: Option<Instant>,
     /// `READY=1` was sent (after the first round).
-    ready_sent: bool,
+    pub(super) ready_sent: bool,
     /// A directory could not be watched: retry at the next opportunity.
-    watches_incomplete: bool,
+    pub(super) watches_incomplete: bool,
 }
 
 /// Run the agent until SIGTERM or SIGINT. Returns after in-flight runs
@@ -481,148 +379,6 @@ impl Daemon {
         } else {
             tracing::debug!(instance = %inst.label, "{} changed", trigger.label());
             inst.due = Some((Instant::now(), trigger));
-        }
-    }
-
-    /// Re-read the config directory. Changed manifests are reloaded (every
-    /// one when `force`); a failed reload keeps the previous version; a
-    /// removed manifest stops its instance after any in-flight run.
-    fn reload(&mut self, force: bool) {
-        let files = match config::manifest_files(&self.opts.config_dir) {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::error!("reload skipped, every instance keeps running as it was: {e}");
-                return;
-            }
-        };
-        let present: BTreeSet<&PathBuf> = files.iter().collect();
-        let gone: Vec<PathBuf> = self.instances.keys().filter(|f| !present.contains(f)).cloned().collect();
-        for file in gone {
-            let inst = self.instances.get_mut(&file).expect("listed");
-            if inst.running {
-                tracing::info!(instance = %inst.label, "manifest removed: stopping after the run in flight");
-                inst.removed = true;
-                inst.due = None;
-                inst.rerun = None;
-            } else {
-                tracing::info!(instance = %inst.label, "manifest removed: stopped");
-                if let Some(l) = &inst.loaded {
-                    self.metrics.unloaded(&inst.label, &l.plugin.sha256);
-                }
-                self.instances.remove(&file);
-            }
-        }
-        // Load what changed.
-        let mut attempts: Vec<(PathBuf, Option<String>, Result<Loaded, Error>)> = Vec::new();
-        for file in files {
-            // A manifest removed and put back while its last run was in
-            // flight is loaded again, whatever its text.
-            let previous = self.instances.get(&file).filter(|i| !i.removed).and_then(|i| i.attempted.clone());
-            let text = config::read_manifest(&file).ok();
-            if !force && text.is_some() && text == previous {
-                continue;
-            }
-            let (text, result) = load(&self.runtime, &file);
-            attempts.push((file, text, result));
-        }
-        // Names must stay unique: a name held by another file that keeps
-        // its version, or wanted by two changed files, is refused.
-        let mut wanted: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-        for (file, _, result) in &attempts {
-            if let Ok(l) = result {
-                wanted.entry(l.spec.manifest.name.clone()).or_default().push(file.clone());
-            }
-        }
-        let changing: BTreeSet<PathBuf> =
-            attempts.iter().filter(|(_, _, r)| r.is_ok()).map(|(f, _, _)| f.clone()).collect();
-        for (file, text, result) in attempts {
-            let result = result.and_then(|l| {
-                let name = &l.spec.manifest.name;
-                let holder = self.instances.values().find(|i| {
-                    i.file != file && !changing.contains(&i.file) && i.loaded.is_some() && i.label == *name
-                });
-                let mut files: Vec<PathBuf> = wanted[name].clone();
-                if let Some(h) = holder {
-                    files.insert(0, h.file.clone());
-                }
-                if files.len() > 1 {
-                    return Err(Error::DuplicateName { name: name.clone(), files });
-                }
-                Ok(l)
-            });
-            let inst = self.instances.entry(file.clone()).or_insert_with(|| Instance::new(file.clone()));
-            inst.attempted = text;
-            inst.removed = false;
-            let trigger = if force { Trigger::Reload } else { Trigger::Config };
-            match result {
-                Ok(l) => {
-                    let previous =
-                        inst.loaded.as_ref().map(|p| (inst.label.clone(), p.plugin.sha256.clone()));
-                    inst.label = l.spec.manifest.name.clone();
-                    self.metrics.loaded(
-                        &inst.label,
-                        &l.plugin.sha256,
-                        previous.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
-                    );
-                    tracing::info!(instance = %inst.label, file = %file.display(), sha256 = %l.plugin.sha256, "loaded");
-                    inst.loaded = Some(Arc::new(l));
-                    inst.load_error = None;
-                    inst.failures = 0;
-                    inst.last_error = None;
-                    if inst.running {
-                        inst.rerun = Some(trigger);
-                    } else {
-                        inst.due = Some((Instant::now(), trigger));
-                    }
-                }
-                Err(e) => {
-                    self.metrics.reload_failed(&inst.label);
-                    if inst.loaded.is_some() {
-                        tracing::error!(instance = %inst.label, "reload failed, the previous version keeps running: {e}");
-                    } else {
-                        tracing::error!(instance = %inst.label, file = %file.display(), "not loaded: {e}");
-                    }
-                    inst.load_error = Some(e.to_string());
-                }
-            }
-        }
-        self.sync_watches();
-        self.refresh();
-    }
-
-    /// Watch the config directory and every input file's directory.
-    fn sync_watches(&mut self) {
-        let mut dirs = BTreeSet::from([self.opts.config_dir.clone()]);
-        for inst in self.instances.values() {
-            if let Some(dir) = inst.input_file().and_then(Path::parent) {
-                dirs.insert(dir.to_path_buf());
-            }
-        }
-        self.watches_incomplete = !self.watcher.set(&dirs);
-    }
-
-    /// Publish the state: `/readyz`, the instance gauge, systemd's status
-    /// (and `READY=1` once every instance that loaded has run once).
-    fn refresh(&mut self) {
-        let health: Vec<InstanceHealth> = self.instances.values().map(Instance::health).collect();
-        let loaded = self.instances.values().filter(|i| i.loaded.is_some()).count();
-        let failing = health.iter().filter(|h| h.problem.is_some()).count();
-        self.metrics.set_instances(loaded);
-        self.health.set(health);
-        let status = format!(
-            "{} instances, {} ready, {} not ready",
-            self.instances.len(),
-            self.instances.len() - failing,
-            failing
-        );
-        let first_round_done =
-            self.instances.values().all(|i| i.loaded.is_none() || (i.runs > 0 && !i.running) || i.removed);
-        if !self.ready_sent && first_round_done {
-            self.ready_sent = true;
-            tracing::info!("first round done: {status}");
-            self.notifier.ready(&status);
-        } else if self.ready_sent {
-            self.notifier.status(&status);
         }
     }
 }

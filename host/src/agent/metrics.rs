@@ -46,7 +46,7 @@ pub struct OutcomeLabels {
 pub struct TriggerLabels {
     /// The plugin's name.
     pub instance: String,
-    /// One of [`super::Trigger::label`].
+    /// Why the run started: `start`, `interval`, `input`, `config`, `reload` or `retry`.
     pub trigger: String,
 }
 

@@ -29,8 +29,10 @@ mod daemon;
 pub mod health;
 mod http;
 pub mod input;
+mod instance;
 pub mod metrics;
 mod notify;
+mod reload;
 mod watch;
 
 use std::path::{Path, PathBuf};

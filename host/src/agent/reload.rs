@@ -1,0 +1,158 @@
+//! Reloading the agent's config directory: changed manifests are loaded
+//! again (a failure keeps the last good version), removed ones stop after
+//! their run in flight, names stay unique; then the watches and the
+//! published state (`/readyz`, metrics, systemd status) follow.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::daemon::Daemon;
+use super::health::InstanceHealth;
+use super::instance::{Instance, Trigger};
+use super::{Error, Loaded, config, load};
+
+impl Daemon {
+    /// Re-read the config directory. Changed manifests are reloaded (every
+    /// one when `force`); a failed reload keeps the previous version; a
+    /// removed manifest stops its instance after any in-flight run.
+    pub(super) fn reload(&mut self, force: bool) {
+        let files = match config::manifest_files(&self.opts.config_dir) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!("reload skipped, every instance keeps running as it was: {e}");
+                return;
+            }
+        };
+        let present: BTreeSet<&PathBuf> = files.iter().collect();
+        let gone: Vec<PathBuf> = self.instances.keys().filter(|f| !present.contains(f)).cloned().collect();
+        for file in gone {
+            let inst = self.instances.get_mut(&file).expect("listed");
+            if inst.running {
+                tracing::info!(instance = %inst.label, "manifest removed: stopping after the run in flight");
+                inst.removed = true;
+                inst.due = None;
+                inst.rerun = None;
+            } else {
+                tracing::info!(instance = %inst.label, "manifest removed: stopped");
+                if let Some(l) = &inst.loaded {
+                    self.metrics.unloaded(&inst.label, &l.plugin.sha256);
+                }
+                self.instances.remove(&file);
+            }
+        }
+        // Load what changed.
+        let mut attempts: Vec<(PathBuf, Option<String>, Result<Loaded, Error>)> = Vec::new();
+        for file in files {
+            // A manifest removed and put back while its last run was in
+            // flight is loaded again, whatever its text.
+            let previous = self.instances.get(&file).filter(|i| !i.removed).and_then(|i| i.attempted.clone());
+            let text = config::read_manifest(&file).ok();
+            if !force && text.is_some() && text == previous {
+                continue;
+            }
+            let (text, result) = load(&self.runtime, &file);
+            attempts.push((file, text, result));
+        }
+        // Names must stay unique: a name held by another file that keeps
+        // its version, or wanted by two changed files, is refused.
+        let mut wanted: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for (file, _, result) in &attempts {
+            if let Ok(l) = result {
+                wanted.entry(l.spec.manifest.name.clone()).or_default().push(file.clone());
+            }
+        }
+        let changing: BTreeSet<PathBuf> =
+            attempts.iter().filter(|(_, _, r)| r.is_ok()).map(|(f, _, _)| f.clone()).collect();
+        for (file, text, result) in attempts {
+            let result = result.and_then(|l| {
+                let name = &l.spec.manifest.name;
+                let holder = self.instances.values().find(|i| {
+                    i.file != file && !changing.contains(&i.file) && i.loaded.is_some() && i.label == *name
+                });
+                let mut files: Vec<PathBuf> = wanted[name].clone();
+                if let Some(h) = holder {
+                    files.insert(0, h.file.clone());
+                }
+                if files.len() > 1 {
+                    return Err(Error::DuplicateName { name: name.clone(), files });
+                }
+                Ok(l)
+            });
+            let inst = self.instances.entry(file.clone()).or_insert_with(|| Instance::new(file.clone()));
+            inst.attempted = text;
+            inst.removed = false;
+            let trigger = if force { Trigger::Reload } else { Trigger::Config };
+            match result {
+                Ok(l) => {
+                    let previous =
+                        inst.loaded.as_ref().map(|p| (inst.label.clone(), p.plugin.sha256.clone()));
+                    inst.label = l.spec.manifest.name.clone();
+                    self.metrics.loaded(
+                        &inst.label,
+                        &l.plugin.sha256,
+                        previous.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
+                    );
+                    tracing::info!(instance = %inst.label, file = %file.display(), sha256 = %l.plugin.sha256, "loaded");
+                    inst.loaded = Some(Arc::new(l));
+                    inst.load_error = None;
+                    inst.failures = 0;
+                    inst.last_error = None;
+                    if inst.running {
+                        inst.rerun = Some(trigger);
+                    } else {
+                        inst.due = Some((Instant::now(), trigger));
+                    }
+                }
+                Err(e) => {
+                    self.metrics.reload_failed(&inst.label);
+                    if inst.loaded.is_some() {
+                        tracing::error!(instance = %inst.label, "reload failed, the previous version keeps running: {e}");
+                    } else {
+                        tracing::error!(instance = %inst.label, file = %file.display(), "not loaded: {e}");
+                    }
+                    inst.load_error = Some(e.to_string());
+                }
+            }
+        }
+        self.sync_watches();
+        self.refresh();
+    }
+
+    /// Watch the config directory and every input file's directory.
+    pub(super) fn sync_watches(&mut self) {
+        let mut dirs = BTreeSet::from([self.opts.config_dir.clone()]);
+        for inst in self.instances.values() {
+            if let Some(dir) = inst.input_file().and_then(Path::parent) {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        self.watches_incomplete = !self.watcher.set(&dirs);
+    }
+
+    /// Publish the state: `/readyz`, the instance gauge, systemd's status
+    /// (and `READY=1` once every instance that loaded has run once).
+    pub(super) fn refresh(&mut self) {
+        let health: Vec<InstanceHealth> = self.instances.values().map(Instance::health).collect();
+        let loaded = self.instances.values().filter(|i| i.loaded.is_some()).count();
+        let failing = health.iter().filter(|h| h.problem.is_some()).count();
+        self.metrics.set_instances(loaded);
+        self.health.set(health);
+        let status = format!(
+            "{} instances, {} ready, {} not ready",
+            self.instances.len(),
+            self.instances.len() - failing,
+            failing
+        );
+        let first_round_done =
+            self.instances.values().all(|i| i.loaded.is_none() || (i.runs > 0 && !i.running) || i.removed);
+        if !self.ready_sent && first_round_done {
+            self.ready_sent = true;
+            tracing::info!("first round done: {status}");
+            self.notifier.ready(&status);
+        } else if self.ready_sent {
+            self.notifier.status(&status);
+        }
+    }
+}
