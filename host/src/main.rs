@@ -9,7 +9,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    init_tracing();
+    init_tracing(&cli.log_settings());
     match cli::run(&cli) {
         Ok(()) => ExitCode::from(cli::exit::OK),
         Err(err) => {
@@ -39,9 +39,15 @@ fn one_line(err: &anyhow::Error) -> String {
 }
 
 /// Logs go to standard error; `DURASYNC_LOG` (e.g. `info`, `durasync=debug`)
-/// sets the filter, `warn` by default.
-fn init_tracing() {
+/// sets the filter, else the command's default (see [`cli::LogSettings`]).
+fn init_tracing(settings: &cli::LogSettings) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DURASYNC_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(settings.default_filter));
+    let fmt =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    if settings.json {
+        fmt.json().with_current_span(true).with_span_list(false).init();
+    } else {
+        fmt.init();
+    }
 }

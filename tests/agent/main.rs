@@ -213,11 +213,25 @@ fn list(g: u32) -> Vec<u8> {
 /// (a mixed tree panics: that is the failure the durable core rules out).
 /// The secret must hold tls.crt, tls.key and `extra` more keys.
 fn generation_of(root: &Path, extra: usize) -> Option<u32> {
+    // Every file is read through one fd of its directory: a sync swapping
+    // the tree while this reads must not make the reader mix two trees (by
+    // path, a listing of the old tree and files of the new one would).
     let read_dir = |d: &Path| -> Option<BTreeMap<String, Vec<u8>>> {
+        use rustix::fs::{Mode, OFlags};
+        let dir = rustix::fs::open(d, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).ok()?;
         let mut out = BTreeMap::new();
-        for e in std::fs::read_dir(d).ok()? {
+        for e in rustix::fs::Dir::read_from(&dir).ok()? {
             let e = e.ok()?;
-            out.insert(e.file_name().into_string().unwrap(), std::fs::read(e.path()).ok()?);
+            let name = e.file_name().to_str().unwrap().to_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            let fd =
+                rustix::fs::openat(&dir, name.as_str(), OFlags::RDONLY | OFlags::NOFOLLOW, Mode::empty())
+                    .ok()?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut bytes).ok()?;
+            out.insert(name, bytes);
         }
         Some(out)
     };

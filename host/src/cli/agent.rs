@@ -63,22 +63,9 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         cache,
         grace: args.grace,
     };
-    // The agent logs at `info` by default (one line per run and reload);
-    // `DURASYNC_LOG` overrides it. A scoped dispatcher, because the
-    // process-wide one is set up before the command is known.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("DURASYNC_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
-    let dispatch = match args.log_format {
-        LogFormat::Text => tracing::Dispatch::new(builder.finish()),
-        LogFormat::Json => {
-            tracing::Dispatch::new(builder.json().with_current_span(true).with_span_list(false).finish())
-        }
-    };
-    tracing::dispatcher::with_default(&dispatch, || {
-        if args.once { once(&opts) } else { agent::run(&opts).map_err(into_anyhow) }
-    })
+    // The log format and the agent's `info` default are set up by `main`
+    // (`Cli::log_settings`), for every thread of the process.
+    if args.once { once(&opts) } else { agent::run(&opts).map_err(into_anyhow) }
 }
 
 fn once(opts: &Options) -> Result<()> {

@@ -34,6 +34,29 @@ pub enum Command {
     Agent(agent::AgentArgs),
 }
 
+/// How the process logs (to standard error; `DURASYNC_LOG` overrides the
+/// filter): the agent at `info`, every other command at `warn`; the agent's
+/// `--log-format json` makes every line a JSON object, those of the
+/// runtime's own threads too.
+pub struct LogSettings {
+    /// The filter when `DURASYNC_LOG` is not set.
+    pub default_filter: &'static str,
+    /// One JSON object per line.
+    pub json: bool,
+}
+
+impl Cli {
+    /// The log settings of the parsed command.
+    pub fn log_settings(&self) -> LogSettings {
+        match &self.command {
+            Command::Agent(a) => {
+                LogSettings { default_filter: "info", json: a.log_format == agent::LogFormat::Json }
+            }
+            _ => LogSettings { default_filter: "warn", json: false },
+        }
+    }
+}
+
 /// Run one parsed command.
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
