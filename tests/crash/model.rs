@@ -399,6 +399,13 @@ impl Model {
             ROp::Chmod { path, mode } => IOp::Chmod { ino: self.must(path, rop), mode: *mode },
             ROp::FsyncFile { path } | ROp::FsyncDir { path } => IOp::Fsync { ino: self.must(path, rop) },
             ROp::FsyncFail { path } => IOp::FsyncFail { ino: self.must(path, rop) },
+            // One more entry for an existing inode, in the directory of `to`:
+            // a change of that directory, durable once it is fsynced.
+            ROp::Link { from, to } => {
+                let ino = self.must(from, rop);
+                let (dir, name, _) = self.parent_of(to, rop);
+                IOp::Entries { dir, change: vec![(name, Some(ino))] }
+            }
             ROp::Exchange { a, b } => {
                 let (da, na, pa) = self.parent_of(a, rop);
                 let (db, nb, pb) = self.parent_of(b, rop);

@@ -40,6 +40,11 @@ pub enum ROp {
     FsyncFail {
         path: String,
     },
+    /// A new name for an existing inode (an unchanged file carried).
+    Link {
+        from: String,
+        to: String,
+    },
     Exchange {
         a: String,
         b: String,
@@ -76,6 +81,7 @@ impl std::fmt::Display for ROp {
             ROp::FsyncFile { path } => write!(f, "fsync-file {}", s(path)),
             ROp::FsyncDir { path } => write!(f, "fsync-dir {}", s(path)),
             ROp::FsyncFail { path } => write!(f, "FAILED fsync {} (EIO)", s(path)),
+            ROp::Link { from, to } => write!(f, "link {} -> {}", s(from), s(to)),
             ROp::Exchange { a, b } => write!(f, "exchange {} <-> {}", s(a), s(b)),
             ROp::Rename { from, to, replace } => {
                 let how = if *replace { "replace" } else { "noreplace" };
@@ -175,6 +181,7 @@ impl Probe for Recorder {
             Op::Chmod { path, mode } => ROp::Chmod { path: p(path), mode },
             Op::FsyncFile { path } => ROp::FsyncFile { path: p(path) },
             Op::FsyncDir { path } => ROp::FsyncDir { path: p(path) },
+            Op::Link { from, to } => ROp::Link { from: p(from), to: p(to) },
             Op::Exchange { a, b } => ROp::Exchange { a: p(a), b: p(b) },
             Op::Rename { from, to, replace } => ROp::Rename { from: p(from), to: p(to), replace },
             Op::Unlink { path } => ROp::Unlink { path: p(path) },
