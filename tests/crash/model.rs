@@ -23,7 +23,14 @@
 //!   changes made after the failure);
 //! - the model tracks inodes, so an exchange moves whole subtrees and an
 //!   fsync through an fd reaches the inode it was opened on, wherever that
-//!   inode is named now.
+//!   inode is named now;
+//! - a hard link (`linkat`, an unchanged file carried into staging) is one
+//!   more entry for an existing inode: a change of the new name's directory,
+//!   durable only once that directory is fsynced. Both names show the
+//!   inode's states. Link counts are not modelled: the model assumes the
+//!   count persists with the entry (a journaled file system; on ext4
+//!   without a journal `e2fsck` repairs it after a crash, see the README's
+//!   "Not promised").
 //!
 //! Recorded operations name paths; [`lower`] resolves each one, in trace
 //! order, to the inodes it touched, so a reordered trace (a mutation) still
