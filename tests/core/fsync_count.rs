@@ -1,5 +1,5 @@
-//! The fsync discipline: N file fsyncs + D + 2 directory fsyncs for N files
-//! in D subdirectories, none when nothing changed. Counted twice: through
+//! The fsync discipline: N file fsyncs + D + 2 directory fsyncs for N new or
+//! changed files in D subdirectories, none when nothing changed. Counted twice: through
 //! the probe (what the core asks for) and with strace on the real binary
 //! (what reaches the kernel).
 

@@ -1,8 +1,9 @@
 //! Strace audit: run the real `durasync sync` binary under `strace -f -y`,
-//! extract its durable sequence (file fsyncs, directory fsyncs, the
-//! `renameat2` flags, their order) and check it is the sequence the explorer
-//! verified for the same trees: N + D + 2 fsyncs for N files and D new
-//! subdirectories, every staging fsync completed before the swap, exactly one
+//! extract its durable sequence (file fsyncs, directory fsyncs, links of
+//! carried files, the `renameat2` flags, their order) and check it is the
+//! sequence the explorer verified for the same trees: N + D + 2 fsyncs for N
+//! new or changed files (the unchanged ones are linked, never fsynced) and D
+//! new subdirectories, every staging fsync completed before the swap, exactly one
 //! fsync after it, of the parent. A second identical sync must issue no
 //! fsync and no rename at all.
 //!
