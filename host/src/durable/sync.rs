@@ -20,10 +20,12 @@
 //! choices made:
 //!
 //! - **Its data is not fsynced again.** It became durable when the sync
-//!   that wrote it committed (its fsync preceded that commit). The one case
-//!   where that is not so for durasync's own writes, a commit fsync that
-//!   failed ("fsyncgate"), leaves the unsynced marker, and a marked target
-//!   carries nothing: every file is rewritten into a fresh inode. A file
+//!   that wrote it committed (its fsync preceded that commit). A target
+//!   marked unsynced (its last commit fsync failed, "fsyncgate": what the
+//!   page cache shows may not be what the disk holds) carries nothing and
+//!   every file is rewritten into a fresh inode — conservative, since the
+//!   failed call's own file fsyncs had succeeded, but it keeps one simple
+//!   rule: nothing read from a marked target is trusted. A file
 //!   another program wrote into the target in place without fsyncing it is
 //!   outside the promise (other writers are not serialised, see the README's
 //!   "Not promised"): durasync carries what it reads, it does not flush it.
