@@ -236,6 +236,7 @@ pub fn key(op: &Op<'_>) -> Key {
         Op::FsyncDir { path } => ("fsync-dir", normalize(path)),
         Op::Exchange { a, b } => ("exchange", format!("{} <-> {}", normalize(a), normalize(b))),
         Op::Rename { from, to, .. } => ("rename", format!("{} -> {}", normalize(from), normalize(to))),
+        Op::Link { from, to } => ("link", format!("{} -> {}", normalize(from), normalize(to))),
         Op::Unlink { path } => ("unlink", normalize(path)),
         Op::Rmdir { path } => ("rmdir", normalize(path)),
     };

@@ -45,6 +45,7 @@ fn expected_step(k: &Key, committed: bool) -> Step {
         "fsync-file" => Step::FsyncFile,
         "fsync-dir" if committed && k.path == "." => Step::FsyncParent,
         "fsync-dir" => Step::FsyncDir,
+        "link" => Step::Link,
         "exchange" => Step::Exchange,
         "rename" => Step::Rename,
         "unlink" | "rmdir" => Step::Remove,

@@ -1,5 +1,5 @@
-//! The fsync discipline: N file fsyncs + D + 2 directory fsyncs for N files
-//! in D subdirectories, none when nothing changed. Counted twice: through
+//! The fsync discipline: N file fsyncs + D + 2 directory fsyncs for N new or
+//! changed files in D subdirectories, none when nothing changed. Counted twice: through
 //! the probe (what the core asks for) and with strace on the real binary
 //! (what reaches the kernel).
 
@@ -156,4 +156,42 @@ fn strace_counts_100_file_fsyncs_and_2_directory_fsyncs_for_100_files_then_none(
     assert!(syncs.fsync.is_empty() && syncs.other.is_empty(), "the second sync issues none: {syncs:?}");
     assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
     durable::recover(s.fd(), &opts(&NoProbe, 1)).unwrap();
+}
+
+#[test]
+fn strace_counts_3_fsyncs_when_one_file_of_1000_changed() {
+    let s = Scratch::new();
+    let traces = Scratch::new();
+    let files = 1000;
+    let old = many_files("f", files, 4096, 7);
+    write_tree(&s.join("target"), &old, 0o755);
+    // The same 1000 files but one, rewritten in the source tree.
+    let mut new = Tree::new();
+    for (path, node) in old.iter() {
+        if let durable::Node::File { contents, mode } = node {
+            let contents = if path == "f0500" { b"rotated".to_vec() } else { contents.clone() };
+            new.add_file(path, contents, *mode).unwrap();
+        }
+    }
+    write_tree(&s.join("src"), &new, 0o755);
+    let parent = std::fs::canonicalize(s.path()).unwrap();
+
+    let Some((stdout, syncs)) = traced(&["sync", "target", "--from", "src"], s.path(), traces.path()) else {
+        return;
+    };
+    assert_eq!(stdout, "replaced target: 1000 written, 0 removed\n");
+    assert!(syncs.other.is_empty(), "no other sync-family call: {:?}", syncs.other);
+    let mut seen: Vec<String> = syncs
+        .fsync
+        .iter()
+        .map(|(path, n)| {
+            let rel = path.strip_prefix(&parent).unwrap().to_str().unwrap();
+            format!("{} x{n}", normalize(if rel.is_empty() { "." } else { rel }))
+        })
+        .collect();
+    seen.sort();
+    eprintln!("strace, one file of 1000 changed: {seen:?}");
+    assert_eq!(seen, [". x1", "<stage> x1", "<stage>/f0500 x1"], "the changed file, staging, the parent");
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
+    assert!(leftovers(s.path()).is_empty());
 }

@@ -14,6 +14,7 @@ mod concurrency;
 mod deep;
 mod faults;
 mod fsync_count;
+mod incremental;
 mod leftovers;
 mod modes;
 mod non_utf8;

@@ -23,7 +23,14 @@
 //!   changes made after the failure);
 //! - the model tracks inodes, so an exchange moves whole subtrees and an
 //!   fsync through an fd reaches the inode it was opened on, wherever that
-//!   inode is named now.
+//!   inode is named now;
+//! - a hard link (`linkat`, an unchanged file carried into staging) is one
+//!   more entry for an existing inode: a change of the new name's directory,
+//!   durable only once that directory is fsynced. Both names show the
+//!   inode's states. Link counts are not modelled: the model assumes the
+//!   count persists with the entry (a journaled file system; on ext4
+//!   without a journal `e2fsck` repairs it after a crash, see the README's
+//!   "Not promised").
 //!
 //! Recorded operations name paths; [`lower`] resolves each one, in trace
 //! order, to the inodes it touched, so a reordered trace (a mutation) still
@@ -399,6 +406,13 @@ impl Model {
             ROp::Chmod { path, mode } => IOp::Chmod { ino: self.must(path, rop), mode: *mode },
             ROp::FsyncFile { path } | ROp::FsyncDir { path } => IOp::Fsync { ino: self.must(path, rop) },
             ROp::FsyncFail { path } => IOp::FsyncFail { ino: self.must(path, rop) },
+            // One more entry for an existing inode, in the directory of `to`:
+            // a change of that directory, durable once it is fsynced.
+            ROp::Link { from, to } => {
+                let ino = self.must(from, rop);
+                let (dir, name, _) = self.parent_of(to, rop);
+                IOp::Entries { dir, change: vec![(name, Some(ino))] }
+            }
             ROp::Exchange { a, b } => {
                 let (da, na, pa) = self.parent_of(a, rop);
                 let (db, nb, pb) = self.parent_of(b, rop);

@@ -100,6 +100,15 @@ fn every_fsync_and_the_swap_order_of_a_nested_sync_are_needed() {
 }
 
 #[test]
+fn every_fsync_and_the_swap_order_of_a_partial_change_carrying_files_are_needed() {
+    let mut ex = Explorer::new();
+    let sc = scenarios::partial(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<stage>"));
+    // The carried `sub/same` is named only by `sub`'s entries: its fsync too.
+    check_mutations(&mut ex, &sc, Some("<stage>/sub"));
+}
+
+#[test]
 fn every_fsync_and_the_swap_order_of_a_first_sync_are_needed() {
     let mut ex = Explorer::new();
     let sc = scenarios::create(&mut ex);

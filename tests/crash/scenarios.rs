@@ -188,6 +188,62 @@ pub fn nested(ex: &mut Explorer) -> Scenario {
     sc
 }
 
+/// A partial change, the common certificate rotation: of a nested tree, two
+/// files are unchanged (carried by a link into staging, no fsync), one
+/// changes its bytes, one only its mode (both rewritten into fresh inodes),
+/// one is added and one removed.
+pub fn partial(ex: &mut Explorer) -> Scenario {
+    let old = dir(
+        0o755,
+        &[
+            ("same", file("same bytes", 0o644)),
+            ("key", file("old key", 0o600)),
+            ("mode", file("mode only", 0o644)),
+            ("gone", file("removed", 0o644)),
+            ("sub/same", file("deep same", 0o640)),
+            ("sub/dir/crt", file("old crt", 0o644)),
+        ],
+    );
+    let new = dir(
+        0o755,
+        &[
+            ("same", file("same bytes", 0o644)),
+            ("key", file("new key!", 0o600)),
+            ("mode", file("mode only", 0o600)),
+            ("added", file("added", 0o644)),
+            ("sub/same", file("deep same", 0o640)),
+            ("sub/dir/crt", file("new crt", 0o644)),
+        ],
+    );
+    let sc = record(ex, "sync of a partial change", dir(0o755, &[("t", old)]), "t", sync_call(to_tree(&new)));
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    let linked: Vec<(String, String)> = sc
+        .steps
+        .iter()
+        .filter_map(|s| match &s.rop {
+            ROp::Link { from, to } => Some((from.clone(), crate::trace::short(to))),
+            _ => None,
+        })
+        .collect();
+    let mut sorted = linked.clone();
+    sorted.sort();
+    let want = [("t/same", "<stage>/same"), ("t/sub/same", "<stage>/sub/same")];
+    assert_eq!(sorted, want.map(|(a, b)| (a.to_owned(), b.to_owned())), "the unchanged files are carried");
+    let fsynced: Vec<String> = sc
+        .steps
+        .iter()
+        .filter_map(|s| match &s.rop {
+            ROp::FsyncFile { path } => Some(crate::trace::short(path)),
+            _ => None,
+        })
+        .collect();
+    for f in ["same", "sub/same"] {
+        assert!(!fsynced.contains(&format!("<stage>/{f}")), "a carried file is not fsynced: {fsynced:?}");
+    }
+    assert_eq!(fsynced.len(), 4, "the changed, mode-changed and added files are: {fsynced:?}");
+    sc
+}
+
 /// Sync replacing a tree while an earlier crash's staging (holding what
 /// would have been the next tree) is still beside it: it must be removed,
 /// never swapped in.
@@ -424,6 +480,15 @@ fn a_write_retried_after_a_failed_commit_fsync_ends_durable_at_every_crash_point
 fn sync_replacing_a_tree_is_old_or_new_at_every_crash_point() {
     let mut ex = Explorer::new();
     let sc = replace(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    assert_commit_window(&sc, &out, ".");
+    assert!(out.stats.recovery_runs > 0, "no crashed state had leftovers to recover");
+}
+
+#[test]
+fn a_partial_change_carrying_unchanged_files_is_old_or_new_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = partial(&mut ex);
     let out = explore_ok(&mut ex, &sc);
     assert_commit_window(&sc, &out, ".");
     assert!(out.stats.recovery_runs > 0, "no crashed state had leftovers to recover");

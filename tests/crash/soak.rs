@@ -1,6 +1,10 @@
 //! Kill -9 soak: start `durasync sync` of a 2000-file tree, SIGKILL it at a
 //! random moment, run `durasync recover`, and check the target is exactly
-//! the old or the new tree and no leftover remains. Bounded: at most
+//! the old or the new tree, no leftover remains and every file of the target
+//! has one link (no carried inode is still shared with a leftover). Every
+//! other sync is a partial change (1 file in 20 rewritten, a few modes
+//! changed, some files added and removed: the rest is carried by links),
+//! the others replace every file. Bounded: at most
 //! [`MAX_ITERATIONS`] kills and [`BUDGET`] of wall time, so a slow machine
 //! simply runs fewer iterations (nothing asserts on time).
 //!
@@ -20,6 +24,7 @@
 //!   whether the kill then hit it or it had already exited.
 
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -52,6 +57,48 @@ fn source(tag: char) -> Disk {
     }
     let refs: Vec<(&str, Disk)> = files.iter().map(|(n, d)| (n.as_str(), d.clone())).collect();
     dir(0o755, &refs)
+}
+
+/// Tree A with a partial change: every 20th file rewritten, every 50th
+/// file's mode changed, every 400th removed and a few added; the rest is
+/// exactly A's and is carried.
+fn partial() -> Disk {
+    let mut files = Vec::with_capacity(FILES);
+    for i in 0..FILES {
+        if i % 400 == 7 {
+            continue;
+        }
+        let bytes = if i % 20 == 3 {
+            format!("C rotation, file {i}\n")
+        } else {
+            format!("A generation, file {i}, {}\n", "-".repeat(i % 97))
+        };
+        let mode = if i % 50 == 11 { 0o600 } else { 0o644 };
+        files.push((format!("d{:02}/f{i:04}", i / 100), file(&bytes, mode)));
+    }
+    for i in 0..5 {
+        files.push((format!("d{:02}/new-c-{i}", i * 3), file("added by C", 0o640)));
+    }
+    let refs: Vec<(&str, Disk)> = files.iter().map(|(n, d)| (n.as_str(), d.clone())).collect();
+    dir(0o755, &refs)
+}
+
+/// Paths of regular files beneath `dir` with more than one link.
+fn shared_inodes(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir") {
+            let e = e.expect("entry");
+            let meta = std::fs::symlink_metadata(e.path()).expect("stat");
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.nlink() != 1 {
+                out.push(e.path().display().to_string());
+            }
+        }
+    }
+    out
 }
 
 /// A small xorshift generator: the delays need no quality, only spread.
@@ -98,10 +145,11 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
     // on this shared disk); DURASYNC_SOAK_TMP=/var/tmp runs it on the disk.
     let base = std::env::var_os("DURASYNC_SOAK_TMP").map_or_else(crate::tmp_base, Into::into);
     let work = tempfile::Builder::new().prefix("crash-soak-").tempdir_in(base).expect("tempdir");
-    let (src_a, src_b) = (work.path().join("a"), work.path().join("b"));
-    let (tree_a, tree_b) = (source('A'), source('B'));
+    let (src_a, src_b, src_c) = (work.path().join("a"), work.path().join("b"), work.path().join("c"));
+    let (tree_a, tree_b, tree_c) = (source('A'), source('B'), partial());
     materialise(&tree_a, &src_a);
     materialise(&tree_b, &src_b);
+    materialise(&tree_c, &src_c);
     let parent = work.path().join("p");
     std::fs::create_dir(&parent).expect("mkdir");
     let target = parent.join("t");
@@ -123,17 +171,39 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
     times.sort();
     let replace_time = times[1];
     assert_eq!(snapshot(&target), tree_b);
+    // The same for a partial change (A to C and back), much shorter.
+    let mut times: Vec<Duration> = [&src_a, &src_c, &src_a, &src_c, &src_a]
+        .iter()
+        .map(|src| {
+            let t = Instant::now();
+            run_ok(&[Path::new("sync"), &target, Path::new("--from"), src]);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    let partial_time = times[2];
+    assert_eq!(snapshot(&target), tree_a);
+    assert!(shared_inodes(&target).is_empty(), "after a partial change every file has one link");
 
     let mut rng = Rng::seeded();
     let mut phases = Phases::default();
-    let mut current = 'B';
+    let mut current = 'A';
     let mut iterations = 0;
+    let mut partials = 0;
     while iterations < MAX_ITERATIONS && start.elapsed() + replace_time * 2 < BUDGET {
         iterations += 1;
-        let (next, src, old, new) =
-            if current == 'A' { ('B', &src_b, &tree_a, &tree_b) } else { ('A', &src_a, &tree_b, &tree_a) };
-        // Uniform over 1.1 × a full sync: most kills land inside it, some after.
-        let delay = Duration::from_micros(rng.below(replace_time.as_micros() as u64 * 11 / 10));
+        // From A, alternately a full replace (B) and a partial change (C); back to A from either.
+        let (next, src, old, new) = match current {
+            'A' if iterations % 4 < 2 => ('B', &src_b, &tree_a, &tree_b),
+            'A' => ('C', &src_c, &tree_a, &tree_c),
+            'B' => ('A', &src_a, &tree_b, &tree_a),
+            _ => ('A', &src_a, &tree_c, &tree_a),
+        };
+        let is_partial = next == 'C' || current == 'C';
+        partials += usize::from(is_partial);
+        let took = if is_partial { partial_time } else { replace_time };
+        // Uniform over 1.1 × the sync: most kills land inside it, some after.
+        let delay = Duration::from_micros(rng.below(took.as_micros() as u64 * 11 / 10));
         let mut child = Command::new(durasync())
             .args(sync(src))
             .stdout(Stdio::piped())
@@ -162,6 +232,8 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
             Vec::<String>::new(),
             "iteration {iterations}: leftovers after recover"
         );
+        let shared = shared_inodes(&target);
+        assert!(shared.is_empty(), "iteration {iterations}: inodes shared after recover: {shared:?}");
         if printed {
             assert!(is_new, "iteration {iterations}: success was reported but the target is old");
         }
@@ -177,7 +249,8 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
         }
     }
     println!(
-        "[soak] {iterations} kills of a {FILES}-file sync (full replace {replace_time:.2?}) in {:.1?}: \
+        "[soak] {iterations} kills of a {FILES}-file sync ({partials} partial changes: {partial_time:.2?}, \
+         full replace {replace_time:.2?}) in {:.1?}: \
          before the swap {} ({} nothing staged yet, {} staging in progress), during {} (swapped, not \
          reported), after {} ({} killed after reporting, {} had exited)",
         start.elapsed(),

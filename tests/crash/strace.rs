@@ -1,8 +1,9 @@
 //! Strace audit: run the real `durasync sync` binary under `strace -f -y`,
-//! extract its durable sequence (file fsyncs, directory fsyncs, the
-//! `renameat2` flags, their order) and check it is the sequence the explorer
-//! verified for the same trees: N + D + 2 fsyncs for N files and D new
-//! subdirectories, every staging fsync completed before the swap, exactly one
+//! extract its durable sequence (file fsyncs, directory fsyncs, links of
+//! carried files, the `renameat2` flags, their order) and check it is the
+//! sequence the explorer verified for the same trees: N + D + 2 fsyncs for N
+//! new or changed files (the unchanged ones are linked, never fsynced) and D
+//! new subdirectories, every staging fsync completed before the swap, exactly one
 //! fsync after it, of the parent. A second identical sync must issue no
 //! fsync and no rename at all.
 //!
@@ -22,7 +23,9 @@ use crate::support::durasync;
 use crate::trace::{DurableSeq, Event, ROp, Recorder, staging_rel};
 
 /// The syscalls that can make anything durable or move a name.
-const TRACED: &str = "trace=fsync,fdatasync,sync,syncfs,sync_file_range,msync,rename,renameat,renameat2";
+/// (and `link`/`linkat`, how an unchanged file is carried into staging).
+const TRACED: &str =
+    "trace=fsync,fdatasync,sync,syncfs,sync_file_range,msync,rename,renameat,renameat2,link,linkat";
 
 fn strace_available() -> bool {
     let ok = Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
@@ -91,7 +94,11 @@ fn parse(text: &str) -> Vec<Call> {
 
 /// The path `-y` prints for the fd in the first argument.
 fn fd_path(args: &str) -> String {
-    let first = args.split(", ").next().unwrap_or(args);
+    fd_path_of(args.split(", ").next().unwrap_or(args))
+}
+
+/// The path `-y` prints for one fd argument (`3</a/b>`).
+fn fd_path_of(first: &str) -> String {
     let start = first.find('<').expect("fd path (strace -y)");
     let end = first.rfind('>').expect("fd path end");
     first[start + 1..end].to_owned()
@@ -123,10 +130,30 @@ fn durable_seq(calls: &[Call], target: &Path, new: &Disk) -> DurableSeq {
                 let flags = call.args.rsplit(", ").next().unwrap_or_default().to_owned();
                 events.push(Event::Swap(flags));
             }
+            "linkat" => {
+                let (from, to) = link_paths(&call.args);
+                let to = to.strip_prefix(&parent).map(|r| r.trim_start_matches('/')).unwrap_or_else(|| {
+                    panic!("a link outside the target's parent: {to}");
+                });
+                assert!(
+                    from.starts_with(target.to_str().expect("utf-8")),
+                    "a link from outside the target: {from}"
+                );
+                events.push(Event::Link(staging_rel(to)));
+            }
             other => panic!("unexpected durability or rename call {other}({})", call.args),
         }
     }
     DurableSeq::from_events(&events)
+}
+
+/// The full paths of `linkat(OLDDIRFD, "old", NEWDIRFD, "new", 0)` (`-y`).
+fn link_paths(args: &str) -> (String, String) {
+    let a: Vec<&str> = args.split(", ").collect();
+    assert_eq!(a.len(), 5, "linkat arguments: {args}");
+    assert_eq!(a[4], "0", "linkat never follows a link: {args}");
+    let full = |fd: &str, name: &str| format!("{}/{}", fd_path_of(fd), name.trim_matches('"'));
+    (full(a[0], a[1]), full(a[2], a[3]))
 }
 
 /// The sequence the explorer verified for the same call: explore the
@@ -152,19 +179,25 @@ fn setup(old: Option<&Disk>, new: &Disk) -> (tempfile::TempDir, PathBuf, PathBuf
     (work, target, src)
 }
 
-fn assert_seq(seq: &DurableSeq, new: &Disk, swap: &str) {
-    let files =
+/// Check a sync's sequence: every file of `new` but the `carried` ones
+/// fsynced once, the carried ones linked and not fsynced, each new directory
+/// and the staging root fsynced, one swap, then the parent's fsync.
+fn assert_seq(seq: &DurableSeq, new: &Disk, swap: &str, carried: &[&str]) {
+    let all =
         new.paths_where(&|_| true).into_iter().filter(|p| matches!(new.get(p), Some(Disk::File { .. })));
-    let files: std::collections::BTreeSet<String> = files.collect();
-    let dirs = new.paths_where(&|_| true).len() - files.len();
+    let all: std::collections::BTreeSet<String> = all.collect();
+    let dirs = new.paths_where(&|_| true).len() - all.len();
+    let carried: std::collections::BTreeSet<String> = carried.iter().map(|s| (*s).to_owned()).collect();
+    let files: std::collections::BTreeSet<String> = all.difference(&carried).cloned().collect();
     assert_eq!(seq.swaps, 1, "{seq:?}");
     assert_eq!(seq.swap, swap, "{seq:?}");
-    assert_eq!(seq.file_fsyncs, files, "every file is fsynced once before the swap");
+    assert_eq!(seq.links, carried, "exactly the unchanged files are carried by a link");
+    assert_eq!(seq.file_fsyncs, files, "every new or changed file is fsynced once before the swap");
     assert_eq!(seq.dir_fsyncs.len(), dirs + 1, "each new directory and the staging root: {seq:?}");
     assert_eq!(seq.after_swap, ["<parent>"], "exactly one fsync after the swap, of the parent");
     assert!(seq.root_fsync_last, "the staging root is fsynced last before the swap: {seq:?}");
     assert!(seq.files_before_dirs, "file fsyncs complete before directory fsyncs: {seq:?}");
-    assert_eq!(seq.fsyncs(), files.len() + dirs + 2, "N + D + 2 fsyncs");
+    assert_eq!(seq.fsyncs(), files.len() + dirs + 2, "N + D + 2 fsyncs for N new or changed files");
 }
 
 fn sync_args<'a>(target: &'a Path, src: &'a Path) -> [&'a Path; 4] {
@@ -180,18 +213,43 @@ fn strace_of_a_nested_sync_matches_the_explored_sequence_and_a_repeat_does_nothi
     let sc = scenarios::nested(&mut ex);
     let (old, new) = (sc.expect.old.clone().expect("old"), sc.expect.new.clone().expect("new"));
     let explored = explored_seq(&mut ex, &sc);
-    assert_seq(&explored, &new, "RENAME_EXCHANGE");
+    assert_seq(&explored, &new, "RENAME_EXCHANGE", &[]);
 
     let (work, target, src) = setup(Some(&old), &new);
     let calls = strace(work.path(), &sync_args(&target, &src));
     let traced = durable_seq(&calls, &target, &new);
     println!("[strace] nested sync: {} fsyncs, swap {}: {traced:?}", traced.fsyncs(), traced.swap);
     assert_eq!(traced, explored, "the binary's durable sequence is the explored one");
-    assert_seq(&traced, &new, "RENAME_EXCHANGE");
+    assert_seq(&traced, &new, "RENAME_EXCHANGE", &[]);
 
     let again = strace(work.path(), &sync_args(&target, &src));
     println!("[strace] identical second sync: {} durability/rename calls", again.len());
     assert!(again.is_empty(), "an unchanged sync issues no fsync and no rename: {again:?}");
+}
+
+#[test]
+fn strace_of_a_partial_change_links_the_unchanged_files_and_matches_the_explored_sequence() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    let sc = scenarios::partial(&mut ex);
+    let (old, new) = (sc.expect.old.clone().expect("old"), sc.expect.new.clone().expect("new"));
+    let explored = explored_seq(&mut ex, &sc);
+    let carried = ["same", "sub/same"];
+    assert_seq(&explored, &new, "RENAME_EXCHANGE", &carried);
+
+    let (work, target, src) = setup(Some(&old), &new);
+    let traced = durable_seq(&strace(work.path(), &sync_args(&target, &src)), &target, &new);
+    println!(
+        "[strace] partial change: {} fsyncs, {} links, swap {}: {traced:?}",
+        traced.fsyncs(),
+        traced.links.len(),
+        traced.swap
+    );
+    assert_eq!(traced, explored, "the binary's durable sequence is the explored one");
+    assert_seq(&traced, &new, "RENAME_EXCHANGE", &carried);
+    assert_eq!(crate::model::snapshot(&target), new);
 }
 
 #[test]
@@ -207,7 +265,7 @@ fn strace_of_a_first_sync_matches_the_explored_sequence() {
     let traced = durable_seq(&strace(work.path(), &sync_args(&target, &src)), &target, &new);
     println!("[strace] first sync: {} fsyncs, swap {}", traced.fsyncs(), traced.swap);
     assert_eq!(traced, explored);
-    assert_seq(&traced, &new, "RENAME_NOREPLACE");
+    assert_seq(&traced, &new, "RENAME_NOREPLACE", &[]);
 }
 
 #[test]
@@ -237,7 +295,7 @@ fn strace_of_100_files_into_an_existing_target_shows_100_file_and_2_dir_fsyncs()
     println!("[strace] 100 x 4 KiB: {file_fsyncs} file fsyncs, {} dir fsyncs", traced.fsyncs() - file_fsyncs);
     assert_eq!(file_fsyncs, 100);
     assert_eq!(traced.fsyncs() - file_fsyncs, 2, "the staging directory and the parent");
-    assert_seq(&traced, &new, "RENAME_EXCHANGE");
+    assert_seq(&traced, &new, "RENAME_EXCHANGE", &[]);
     assert_eq!(traced, recorded, "the binary's sequence is the probe's");
 }
 
@@ -264,6 +322,10 @@ fn tokens_of_calls(calls: &[Call], parent: &Path) -> Vec<String> {
             let args: Vec<&str> = call.args.split(", ").collect();
             match (call.name.as_str(), args.get(4).copied()) {
                 ("fsync", _) => format!("fsync {}", rel(&fd_path(&call.args))),
+                ("linkat", _) => {
+                    let (from, to) = link_paths(&call.args);
+                    format!("link {} -> {}", rel(&from), rel(&to))
+                }
                 ("renameat", None) | ("renameat2", Some("0")) => {
                     format!("rename(replace) {} -> {}", name(args[1]), name(args[3]))
                 }
@@ -291,6 +353,7 @@ fn tokens_of_trace(trace: &[ROp]) -> Vec<String> {
                 Some(format!("rename({how}) {} -> {}", s(from), s(to)))
             }
             ROp::Exchange { a, b } => Some(format!("exchange {} <-> {}", s(a), s(b))),
+            ROp::Link { from, to } => Some(format!("link {} -> {}", s(from), s(to))),
             _ => None,
         })
         .collect()
@@ -391,7 +454,7 @@ fn strace_of_a_plugins_sync_and_remove_through_durasync_run_matches_the_core_seq
     let new = crate::model::snapshot(&target);
     let traced = durable_seq(&calls, &target, &new);
     println!("[strace] plugin sync: {} fsyncs, swap {}", traced.fsyncs(), traced.swap);
-    assert_seq(&traced, &new, "RENAME_NOREPLACE");
+    assert_seq(&traced, &new, "RENAME_NOREPLACE", &[]);
     assert!(run(&with_a).is_empty(), "an unchanged plugin sync issues no fsync and no rename");
 
     // The optional object disappears: a durable removal, rename to trash then the commit fsync.

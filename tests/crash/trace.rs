@@ -40,6 +40,11 @@ pub enum ROp {
     FsyncFail {
         path: String,
     },
+    /// A new name for an existing inode (an unchanged file carried).
+    Link {
+        from: String,
+        to: String,
+    },
     Exchange {
         a: String,
         b: String,
@@ -76,6 +81,7 @@ impl std::fmt::Display for ROp {
             ROp::FsyncFile { path } => write!(f, "fsync-file {}", s(path)),
             ROp::FsyncDir { path } => write!(f, "fsync-dir {}", s(path)),
             ROp::FsyncFail { path } => write!(f, "FAILED fsync {} (EIO)", s(path)),
+            ROp::Link { from, to } => write!(f, "link {} -> {}", s(from), s(to)),
             ROp::Exchange { a, b } => write!(f, "exchange {} <-> {}", s(a), s(b)),
             ROp::Rename { from, to, replace } => {
                 let how = if *replace { "replace" } else { "noreplace" };
@@ -175,6 +181,7 @@ impl Probe for Recorder {
             Op::Chmod { path, mode } => ROp::Chmod { path: p(path), mode },
             Op::FsyncFile { path } => ROp::FsyncFile { path: p(path) },
             Op::FsyncDir { path } => ROp::FsyncDir { path: p(path) },
+            Op::Link { from, to } => ROp::Link { from: p(from), to: p(to) },
             Op::Exchange { a, b } => ROp::Exchange { a: p(a), b: p(b) },
             Op::Rename { from, to, replace } => ROp::Rename { from: p(from), to: p(to), replace },
             Op::Unlink { path } => ROp::Unlink { path: p(path) },
@@ -190,6 +197,9 @@ impl Probe for Recorder {
 pub struct DurableSeq {
     /// Files fsynced before the swap, relative to the staging root.
     pub file_fsyncs: BTreeSet<String>,
+    /// Unchanged files carried into staging by a link before the swap,
+    /// relative to the staging root.
+    pub links: BTreeSet<String>,
     /// Directories fsynced before the swap, in order, relative to the
     /// staging root (`.` is the staging root itself).
     pub dir_fsyncs: Vec<String>,
@@ -206,7 +216,7 @@ pub struct DurableSeq {
 }
 
 impl DurableSeq {
-    /// Total fsyncs: N + D + 2 for N files and D new subdirectories.
+    /// Total fsyncs: N + D + 2 for N new or changed files and D new subdirectories.
     pub fn fsyncs(&self) -> usize {
         self.file_fsyncs.len() + self.dir_fsyncs.len() + self.after_swap.len()
     }
@@ -215,6 +225,7 @@ impl DurableSeq {
     pub fn from_events(events: &[Event]) -> DurableSeq {
         let mut seq = DurableSeq {
             file_fsyncs: BTreeSet::new(),
+            links: BTreeSet::new(),
             dir_fsyncs: Vec::new(),
             swap: String::new(),
             after_swap: Vec::new(),
@@ -228,6 +239,10 @@ impl DurableSeq {
                 Event::Swap(kind) => {
                     seq.swaps += 1;
                     seq.swap = kind.clone();
+                }
+                Event::Link(p) => {
+                    assert_eq!(seq.swaps, 0, "a link after the swap: {p}");
+                    seq.links.insert(p.clone());
                 }
                 Event::FsyncFile(p) if seq.swaps == 0 => {
                     if !seq.dir_fsyncs.is_empty() {
@@ -254,6 +269,7 @@ impl DurableSeq {
             .filter_map(|op| match op {
                 ROp::FsyncFile { path } => Some(Event::FsyncFile(staging_rel(path))),
                 ROp::FsyncDir { path } => Some(Event::FsyncDir(staging_rel(path))),
+                ROp::Link { to, .. } => Some(Event::Link(staging_rel(to))),
                 ROp::Exchange { .. } => Some(Event::Swap("RENAME_EXCHANGE".into())),
                 ROp::Rename { replace: false, .. } => Some(Event::Swap("RENAME_NOREPLACE".into())),
                 ROp::Rename { replace: true, .. } => Some(Event::Swap("plain rename".into())),
@@ -267,6 +283,8 @@ impl DurableSeq {
 /// A durable event, classified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// A file of the target linked into staging (the staging-relative name).
+    Link(String),
     FsyncFile(String),
     FsyncDir(String),
     Swap(String),

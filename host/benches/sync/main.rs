@@ -5,6 +5,7 @@
 //! cargo bench -p durasync --bench sync                  # the full run (BENCHMARKS.md)
 //! cargo bench -p durasync --bench sync -- --quick       # a few rounds, to check the harness
 //! cargo bench -p durasync --bench sync -- --n 100 --rounds 20 --no-startup --no-strace
+//! cargo bench -p durasync --bench sync -- --no-sync --no-startup --changed 1,10,100   # partial changes only
 //! ```
 //!
 //! For each N (files of 4 KiB, fresh contents every round) every round runs
@@ -13,6 +14,7 @@
 //! people's builds) hits all alike. Ratios are taken per round (two numbers
 //! measured seconds apart) and summarised as median [p10–p90].
 
+mod partial;
 mod startup;
 mod stats;
 mod strace;
@@ -32,7 +34,7 @@ use stats::{Summary, fmt_num, fmt_summary, ms, ratios, summarize};
 use variants::{Sample, contents, plugin_input};
 
 /// Every file is this big.
-const FILE_SIZE: usize = 4096;
+pub(crate) const FILE_SIZE: usize = 4096;
 
 #[derive(Debug)]
 struct Args {
@@ -45,6 +47,10 @@ struct Args {
     strace: Option<bool>,
     settle_rounds: Option<usize>,
     settle_secs: f64,
+    /// K of the partial-change runs (K changed files of the largest N).
+    changed: Vec<usize>,
+    partial_rounds: Option<usize>,
+    partial_settle_rounds: Option<usize>,
 }
 
 fn parse_args() -> Args {
@@ -58,6 +64,9 @@ fn parse_args() -> Args {
         strace: None,
         settle_rounds: None,
         settle_secs: 5.5,
+        changed: vec![1, 10, 100],
+        partial_rounds: None,
+        partial_settle_rounds: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -79,11 +88,27 @@ fn parse_args() -> Args {
                 a.settle_rounds = Some(value("--settle-rounds").parse().expect("--settle-rounds K"))
             }
             "--settle-secs" => a.settle_secs = value("--settle-secs").parse().expect("--settle-secs S"),
+            "--changed" => {
+                let v = value("--changed");
+                a.changed = if v == "none" {
+                    Vec::new()
+                } else {
+                    v.split(',').map(|s| s.trim().parse().expect("--changed 1,10,100")).collect()
+                }
+            }
+            "--partial-rounds" => {
+                a.partial_rounds = Some(value("--partial-rounds").parse().expect("--partial-rounds K"))
+            }
+            "--partial-settle-rounds" => {
+                a.partial_settle_rounds =
+                    Some(value("--partial-settle-rounds").parse().expect("--partial-settle-rounds K"))
+            }
             "-h" | "--help" => {
                 println!(
                     "usage: cargo bench -p durasync --bench sync -- [--quick] [--n 10,100,1000] \
                      [--rounds K] [--warmup K] [--no-sync] [--no-startup] [--strace|--no-strace] \
-                     [--settle-rounds K] [--settle-secs S]"
+                     [--settle-rounds K] [--settle-secs S] [--changed 1,10,100|none] \
+                     [--partial-rounds K] [--partial-settle-rounds K]"
                 );
                 std::process::exit(0);
             }
@@ -149,7 +174,7 @@ fn mkdir_open(path: &Path) -> OwnedFd {
     .expect("open bench dir")
 }
 
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
@@ -370,6 +395,62 @@ fn report_sync(results: &[NResult], out: &mut String, checks: &mut Vec<Check>) {
     }
 }
 
+fn report_partial(
+    results: &[partial::KResult],
+    traced: &[(usize, strace::Counts)],
+    out: &mut String,
+    checks: &mut Vec<Check>,
+) {
+    let _ = writeln!(
+        out,
+        "\n### Partial changes: K changed files of N, total ms and per-round ratios, median [p10–p90]\n"
+    );
+    let _ = writeln!(
+        out,
+        "| K of N | rounds | durasync ms | durasync-full ms | upstream ms | upstream-n3 ms | floor ms | durasync/durasync-full | durasync/upstream | durasync/upstream-n3 | durasync/floor | fsyncs counted (durasync, full, upstream, n3, floor) |"
+    );
+    let _ = writeln!(out, "|---|---:|---|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        let d = r.total("durasync");
+        let s = |v: &str| fmt_summary(&summarize(&r.total(v)));
+        let ratio = |v: &str| summarize(&ratios(&d, &r.total(v)));
+        let full = ratio("durasync-full");
+        let _ = writeln!(
+            out,
+            "| {} of {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}, {}, {}, {}, {} |",
+            r.k,
+            r.n,
+            r.regime,
+            r.rounds,
+            s("durasync"),
+            s("durasync-full"),
+            s("upstream"),
+            s("upstream-n3"),
+            s("floor"),
+            fmt_summary(&full),
+            fmt_summary(&ratio("upstream")),
+            fmt_summary(&ratio("upstream-n3")),
+            fmt_summary(&ratio("floor")),
+            r.fsyncs("durasync"),
+            r.fsyncs("durasync-full"),
+            r.fsyncs("upstream"),
+            r.fsyncs("upstream-n3"),
+            r.fsyncs("floor"),
+        );
+        if r.k == 1 {
+            checks.push(Check {
+                what: format!("1 of {} changed, {}: durasync / full replace", r.n, r.regime),
+                value: fmt_summary(&full),
+                target: "≤ 0.1".into(),
+                ok: full.median <= 0.10,
+            });
+        }
+    }
+    for (k, c) in traced {
+        let _ = writeln!(out, "\nstrace -f -c of `durasync sync`, {k} changed: {}", c.show());
+    }
+}
+
 fn main() {
     let args = parse_args();
     let rounds_for = |n: usize| match (args.rounds, args.quick) {
@@ -387,17 +468,23 @@ fn main() {
         .tempdir_in(wasm::target_root())
         .expect("bench temp dir");
     let cache = tmp.path().join("cache");
-    eprintln!("building the bench plugins (target/wasm-bench)…");
-    let built = wasm::build(&["bench-sync", "bench-noop"]);
+    let do_strace = args.strace.unwrap_or(!args.quick);
+    // The plugins are built only for what uses them (a partial-changes-only
+    // run needs none).
+    let plugins = (args.sync || args.startup || do_strace).then(|| {
+        eprintln!("building the bench plugins (target/wasm-bench)…");
+        let built = wasm::build(&["bench-sync", "bench-noop"]);
+        let sha = |p: &Path| sha256_hex(&std::fs::read(p).expect("read wasm"));
+        SYNC_WASM.set((built[0].clone(), sha(&built[0]))).expect("once");
+        let runtime = Runtime::new(&CacheConfig::Dir(cache.clone())).expect("runtime");
+        let warm_manifest = tmp.path().join("bench-sync-load.toml");
+        std::fs::create_dir_all(tmp.path().join("load-root")).expect("dir");
+        std::fs::write(&warm_manifest, sync_manifest_text(&tmp.path().join("load-root"))).expect("manifest");
+        let plugin =
+            runtime.load_manifest(&Manifest::load(&warm_manifest).expect("manifest")).expect("load plugin");
+        (built, plugin)
+    });
     let sha = |p: &Path| sha256_hex(&std::fs::read(p).expect("read wasm"));
-    SYNC_WASM.set((built[0].clone(), sha(&built[0]))).expect("once");
-
-    let runtime = Runtime::new(&CacheConfig::Dir(cache.clone())).expect("runtime");
-    let warm_manifest = tmp.path().join("bench-sync-load.toml");
-    std::fs::create_dir_all(tmp.path().join("load-root")).expect("dir");
-    std::fs::write(&warm_manifest, sync_manifest_text(&tmp.path().join("load-root"))).expect("manifest");
-    let plugin =
-        runtime.load_manifest(&Manifest::load(&warm_manifest).expect("manifest")).expect("load plugin");
 
     let mut out = String::new();
     let mut checks = Vec::new();
@@ -411,19 +498,42 @@ fn main() {
     let _ = writeln!(out, "scratch dir: {} (same file system as the repository)\n", tmp.path().display());
 
     if args.sync {
+        let plugin = &plugins.as_ref().expect("plugins built").1;
         let mut results: Vec<NResult> =
-            args.ns.iter().map(|n| run_sync(*n, rounds_for(*n), warmup, tmp.path(), &plugin, None)).collect();
+            args.ns.iter().map(|n| run_sync(*n, rounds_for(*n), warmup, tmp.path(), plugin, None)).collect();
         // The largest N again, with the file system settled before each variant.
         let settle_rounds = args.settle_rounds.unwrap_or(if args.quick { 0 } else { 6 });
         if let (Some(&n), true) = (args.ns.iter().max(), settle_rounds > 0) {
             let pause = Settle(std::time::Duration::from_secs_f64(args.settle_secs));
-            results.push(run_sync(n, settle_rounds, 1, tmp.path(), &plugin, Some(pause)));
+            results.push(run_sync(n, settle_rounds, 1, tmp.path(), plugin, Some(pause)));
         }
         report_sync(&results, &mut out, &mut checks);
     }
 
-    let do_strace = args.strace.unwrap_or(!args.quick);
-    if do_strace {
+    if !args.changed.is_empty() {
+        let n = args.ns.iter().copied().max().unwrap_or(1000);
+        let rounds = args.partial_rounds.unwrap_or(if args.quick { 2 } else { 10 });
+        let settled = args.partial_settle_rounds.unwrap_or(if args.quick { 0 } else { 3 });
+        let mut results: Vec<partial::KResult> =
+            args.changed.iter().map(|k| partial::run(n, *k, rounds, warmup, tmp.path(), None)).collect();
+        if settled > 0 {
+            let pause = std::time::Duration::from_secs_f64(args.settle_secs);
+            for k in &args.changed {
+                results.push(partial::run(n, *k, settled, 1, tmp.path(), Some(pause)));
+            }
+        }
+        let partial_strace: Vec<(usize, strace::Counts)> = if do_strace && strace::available() {
+            args.changed
+                .iter()
+                .map(|k| (*k, strace::partial_counts(&bin, tmp.path(), n, *k, FILE_SIZE)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        report_partial(&results, &partial_strace, &mut out, &mut checks);
+    }
+
+    if do_strace && plugins.is_some() {
         if strace::available() {
             let n = args.ns.iter().copied().max().unwrap_or(1000);
             eprintln!("strace cross-check at N={n}…");
@@ -446,6 +556,7 @@ fn main() {
     }
 
     if args.startup {
+        let built = &plugins.as_ref().expect("plugins built").0;
         let noop_manifest = tmp.path().join("bench-noop.toml");
         std::fs::write(
             &noop_manifest,

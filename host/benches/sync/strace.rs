@@ -119,3 +119,22 @@ pub fn cross_check(bin: &Path, tmp: &Path, cache: &Path, n: usize, size: usize) 
     let plugin = traced(bin, &run(&in_b), &base.join("plugin.txt"));
     (replace, unchanged, plugin)
 }
+
+/// Counts for `durasync sync` of a change of `k` files' bytes among `n`
+/// (the set-up sync of all `n` is untraced).
+pub fn partial_counts(bin: &Path, tmp: &Path, n: usize, k: usize, size: usize) -> Counts {
+    let base = tmp.join(format!("strace-partial-{k}"));
+    let old = contents(n, size, 0xE0 + k as u64);
+    let new = crate::partial::change(&old, &crate::partial::changed_indexes(n, k, 1), 0xE1);
+    let (src_a, src_b) = (base.join("src-a"), base.join("src-b"));
+    write_src(&src_a, &old);
+    write_src(&src_b, &new);
+    let parent = base.join("native");
+    std::fs::create_dir_all(&parent).expect("native parent");
+    let target = parent.join("target");
+    let sync =
+        |src: &Path| [os("sync"), target.as_os_str(), os("--from"), src.as_os_str()].map(OsStr::to_os_string);
+    let status = Command::new(bin).args(sync(&src_a)).stdout(std::process::Stdio::null()).status();
+    assert!(status.expect("durasync sync").success());
+    traced(bin, &sync(&src_b), &base.join("partial.txt"))
+}

@@ -1,6 +1,7 @@
 //! Comparing an existing directory with a requested [`Tree`]: the
 //! unchanged check of every operation and the dry-run plan.
 
+use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -54,6 +55,33 @@ impl Plan {
 /// "unchanged", and `removed` is still exact); with `full` true every
 /// differing path is listed.
 pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: bool) -> Result<Plan> {
+    compare_in(dir, dir_path, new, full, None)
+}
+
+/// The files of a target a sync may carry into its staging tree instead of
+/// rewriting them, by relative path: the inode whose bytes were compared.
+pub(crate) type Carry = HashMap<String, u64>;
+
+/// Compare like [`compare`] with `full` (every candidate's bytes are read)
+/// and also return the files that may be carried: regular files whose
+/// bytes and mode are exactly what `new` wants, owned by this process's
+/// user (a rewrite would be, and `protected_hardlinks` refuses linking
+/// another user's file) and with one link only (`st_nlink == 1`: an inode
+/// someone else linked elsewhere must not become reachable from the new
+/// tree, so it is rewritten).
+pub(crate) fn compare_carrying(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree) -> Result<(Plan, Carry)> {
+    let mut carry = Carry::new();
+    let plan = compare_in(dir, dir_path, new, true, Some(&mut carry))?;
+    Ok((plan, carry))
+}
+
+fn compare_in(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    new: &Tree,
+    full: bool,
+    carry: Option<&mut Carry>,
+) -> Result<Plan> {
     let shown = |p: &str, dir: bool| if dir { format!("{p}/") } else { p.to_owned() };
     let mut plan = Plan { exists: true, ..Plan::default() };
     let mut present = std::collections::HashSet::with_capacity(new.len());
@@ -91,7 +119,14 @@ pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: boo
         }
     }
     if full || !differs {
-        plan.changed.extend(changed_contents(dir, dir_path, &candidates, full)?);
+        let (changed, same) = changed_contents(dir, dir_path, &candidates, full)?;
+        plan.changed.extend(changed);
+        if let Some(carry) = carry {
+            let uid = rustix::process::geteuid().as_raw();
+            carry.extend(
+                same.into_iter().filter(|(_, id)| id.nlink == 1 && id.uid == uid).map(|(p, id)| (p, id.ino)),
+            );
+        }
     }
     plan.removed.sort();
     plan.changed.sort();
@@ -106,50 +141,74 @@ const PARALLEL_COMPARE_MIN: usize = 64;
 const COMPARE_THREADS: usize = 4;
 
 /// The candidates whose bytes differ from the file at their path beneath
-/// `dir`. With `full` false, stops at the first difference found.
+/// `dir`, and those that hold exactly their bytes with the identity of the
+/// file read. With `full` false, stops at the first difference found.
+#[allow(clippy::type_complexity)]
 fn changed_contents(
     dir: BorrowedFd<'_>,
     dir_path: &str,
     candidates: &[(&str, &[u8])],
     full: bool,
-) -> Result<Vec<String>> {
+) -> Result<(Vec<String>, Vec<(String, FileId)>)> {
     let threads = if candidates.len() >= PARALLEL_COMPARE_MIN { COMPARE_THREADS } else { 1 };
     let found = AtomicBool::new(false);
     let changed = std::sync::Mutex::new(Vec::new());
+    let same = std::sync::Mutex::new(Vec::new());
     parallel::try_for_each(candidates, threads, |(rel, expected)| {
         if !full && found.load(Ordering::Relaxed) {
             return Ok(());
         }
-        if !file_holds(dir, rel, &join(dir_path, rel), expected)? {
-            found.store(true, Ordering::Relaxed);
-            changed.lock().unwrap_or_else(|p| p.into_inner()).push((*rel).to_owned());
+        match file_match(dir, rel, &join(dir_path, rel), expected)? {
+            Some(id) => same.lock().unwrap_or_else(|p| p.into_inner()).push(((*rel).to_owned(), id)),
+            None => {
+                found.store(true, Ordering::Relaxed);
+                changed.lock().unwrap_or_else(|p| p.into_inner()).push((*rel).to_owned());
+            }
         }
         Ok(())
     })?;
-    Ok(changed.into_inner().unwrap_or_else(|p| p.into_inner()))
+    Ok((
+        changed.into_inner().unwrap_or_else(|p| p.into_inner()),
+        same.into_inner().unwrap_or_else(|p| p.into_inner()),
+    ))
+}
+
+/// Who a file that compared equal is: its inode, link count and owner, from
+/// the `fstat` of the fd its bytes were read through.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FileId {
+    ino: u64,
+    nlink: u64,
+    uid: u32,
 }
 
 /// Whether the regular file at `rel` beneath `dir` holds exactly
 /// `expected`: open, `fstat` (still a regular file of that size), one read
 /// of that size, close.
 pub(crate) fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
+    Ok(file_match(dir, rel, path, expected)?.is_some())
+}
+
+/// [`file_holds`], returning who the file is when it holds `expected`.
+fn file_match(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<Option<FileId>> {
     let fd = open_file_beneath(dir, rel, path)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
     if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File
         || st.st_size as u64 != expected.len() as u64
     {
-        return Ok(false);
+        return Ok(None);
     }
+    let id = FileId { ino: st.st_ino, nlink: st.st_nlink, uid: st.st_uid };
     let mut buf = vec![0u8; expected.len()];
     let mut filled = 0;
     while filled < buf.len() {
         match rustix::io::read(&fd, &mut buf[filled..]) {
             // Shorter than fstat said: truncated meanwhile, so not equal.
-            Ok(0) => return Ok(false),
+            Ok(0) => return Ok(None),
             Ok(n) => filled += n,
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(Error::io(Step::Read, path, e)),
         }
     }
-    Ok(buf == expected)
+    Ok((buf == expected).then_some(id))
 }

@@ -31,6 +31,8 @@ pub enum Step {
     FsyncFile,
     /// Flushing a directory's entries.
     FsyncDir,
+    /// Linking an unchanged file of the target into the staging tree.
+    Link,
     /// `renameat2(RENAME_EXCHANGE)`.
     Exchange,
     /// A rename that moves an entry (`RENAME_NOREPLACE` or a plain rename).
@@ -53,6 +55,7 @@ impl fmt::Display for Step {
             Step::Chmod => "set mode of",
             Step::FsyncFile => "fsync file",
             Step::FsyncDir => "fsync directory",
+            Step::Link => "link",
             Step::Exchange => "exchange",
             Step::Rename => "rename",
             Step::FsyncParent => "fsync parent directory",

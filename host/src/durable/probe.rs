@@ -53,6 +53,15 @@ pub enum Op<'a> {
         /// The directory.
         path: &'a str,
     },
+    /// `linkat(from, to)` (no flags: a link is never followed): one more
+    /// name for the existing inode at `from`, an unchanged file of the
+    /// target carried into the staging tree.
+    Link {
+        /// The existing file.
+        from: &'a str,
+        /// The new name.
+        to: &'a str,
+    },
     /// `renameat2(a, b, RENAME_EXCHANGE)`.
     Exchange {
         /// One side.

@@ -35,7 +35,8 @@ impl Outcome {
 pub struct Report {
     /// What happened to the target.
     pub outcome: Outcome,
-    /// Regular files written into the new contents.
+    /// Regular files the new contents hold: written, or carried unchanged
+    /// from the old contents by a link (see `sync.rs`).
     pub written: u32,
     /// Regular files of the old contents that the new contents no longer hold.
     pub removed: u32,

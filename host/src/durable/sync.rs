@@ -1,19 +1,58 @@
 //! Directory sync: make a directory hold exactly a [`Tree`], atomically and
-//! durably, with N + D + 2 fsyncs for N files and D subdirectories.
+//! durably, with N + D + 2 fsyncs for N new or changed files and D
+//! subdirectories.
 //!
 //! The sequence, top to bottom (each step's reason is written beside it):
 //! validate → lock the parent → remove stale leftovers → compare (unchanged
 //! and not marked unsynced: stop, nothing written) → build a sibling staging
-//! tree (files written and fsynced in parallel, directories fsynced deepest
-//! first) → mark the target unsynced → exchange it with the target
+//! tree (unchanged files carried by a hard link, new and changed files
+//! written and fsynced in parallel, directories fsynced deepest first) →
+//! mark the target unsynced → exchange it with the target
 //! (`RENAME_EXCHANGE`, or `RENAME_NOREPLACE` for a new target) → fsync the
 //! parent, the **commit point** → unmark → remove the old tree.
+//!
+//! # Carrying unchanged files
+//!
+//! A file of the target whose bytes and mode are exactly what the new tree
+//! wants is not rewritten: the staging tree gets a second name for the same
+//! inode (`linkat`), made durable by the fsync of the staging directory
+//! that holds it, like every other entry. What this relies on, and the
+//! choices made:
+//!
+//! - **Its data is not fsynced again.** It became durable when the sync
+//!   that wrote it committed (its fsync preceded that commit). A target
+//!   marked unsynced (its last commit fsync failed, "fsyncgate": what the
+//!   page cache shows may not be what the disk holds) carries nothing and
+//!   every file is rewritten into a fresh inode — conservative, since the
+//!   failed call's own file fsyncs had succeeded, but it keeps one simple
+//!   rule: nothing read from a marked target is trusted. A file
+//!   another program wrote into the target in place without fsyncing it is
+//!   outside the promise (other writers are not serialised, see the README's
+//!   "Not promised"): durasync carries what it reads, it does not flush it.
+//! - **Only inodes of the target itself**: a regular file with exactly one
+//!   link (`st_nlink == 1`), owned by this process's user. An inode someone
+//!   hard-linked elsewhere is rewritten, so a carried inode is only ever
+//!   reachable from the old and the new tree; once the old tree is removed
+//!   it has one link again. The link is checked after it is made (the
+//!   name could have been replaced since it was compared): a different
+//!   inode is unlinked from staging and the file written afresh.
+//! - **The link count** is inode metadata. On a journaled file system (ext4
+//!   with its journal, xfs, btrfs) it commits in the same transaction as the
+//!   directory entry, so the staging fsync makes both durable. On ext4
+//!   without a journal the directory fsync writes the entry but not the
+//!   carried inode's count: after a power loss the count may be one too low
+//!   until `e2fsck` (run at boot on a file system not cleanly unmounted)
+//!   repairs it. The crash explorer models entries, not link counts.
+//! - Mode-only changes get a fresh inode (a link shares the mode), and so
+//!   does every file of a target created now.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::Options;
-use super::diff::{Plan, compare};
+use super::diff::{Carry, Plan, compare, compare_carrying};
+use rustix::fs::{AtFlags, FileType};
+
 use super::error::{Error, Result, Step, committed, unsupported_or};
 use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
@@ -22,7 +61,7 @@ use super::parallel;
 use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
 use super::resolve::open_beneath;
-use super::sys::{Kind, Sys, join, kind_at, open_dir};
+use super::sys::{Kind, Sys, join, kind_at, kind_of, open_dir};
 use super::tree::{IMPLIED_DIR_MODE, Node, Tree};
 
 /// Make the directory `name` in `parent` hold exactly `tree`.
@@ -59,21 +98,25 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     let (exists, target_mode) = target_state(parent, name)?;
     // 3. Unchanged: no write, no fsync — unless the last change of this
     // target may not be durable (its commit fsync failed): what the page
-    // cache shows then proves nothing, so it is rebuilt from fresh inodes.
-    let plan = if exists {
-        let target = open_dir(parent, name, name)?;
-        compare(target.as_fd(), name, tree, false)?
-    } else {
-        Plan::default()
+    // cache shows then proves nothing, so it is rebuilt from fresh inodes
+    // and nothing of it is carried.
+    let marked = exists && is_marked(parent, name)?;
+    let target = if exists { Some(open_dir(parent, name, name)?) } else { None };
+    let (plan, carry) = match &target {
+        None => (Plan::default(), Carry::new()),
+        Some(t) if marked => (compare(t.as_fd(), name, tree, false)?, Carry::new()),
+        // One walk decides "unchanged" and learns which files may be carried.
+        Some(t) => compare_carrying(t.as_fd(), name, tree)?,
     };
-    if plan.is_unchanged() && !is_marked(parent, name)? {
+    if plan.is_unchanged() && !marked {
         return Ok(Report::unchanged());
     }
+    let carried = target.as_ref().map(|t| Carried { target: t.as_fd(), name, files: &carry });
 
     // 4–5. Build and fsync the staging tree beside the target.
     let staging = leftover_name(Leftover::Stage);
     let stage_fd = sys.mkdir(parent, &staging, &staging, FILL_MODE)?;
-    let staged = build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, opts)
+    let staged = build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, carried.as_ref(), opts)
         .and_then(|()| opts.cancel.check(name));
     if let Err(mut e) = staged {
         if let Error::Cancelled { path } = &mut e {
@@ -83,6 +126,7 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
         return Err(e);
     }
     drop(stage_fd);
+    drop(target);
     // Marked before the swap, unmarked only once the commit fsync returned:
     // a failure in between leaves the mark for the retry, in any process.
     let new_mark = match mark(&sys, parent, name) {
@@ -198,15 +242,26 @@ impl<'a> StageDirs<'a> {
     }
 }
 
+/// The files of the current target that a staging tree carries.
+struct Carried<'a> {
+    /// The target directory, open since it was compared.
+    target: BorrowedFd<'a>,
+    /// Its name in the parent (for probes and messages).
+    name: &'a str,
+    /// Carryable files by relative path, with the inode compared.
+    files: &'a Carry,
+}
+
 /// Create every directory and file of `tree` in the staging directory and
 /// make all of it durable before it can be swapped in. `root_mode` is the
-/// staging directory's final mode.
+/// staging directory's final mode; files in `carried` are linked, not written.
 fn build_staging(
     sys: &Sys<'_>,
     stage: BorrowedFd<'_>,
     staging: &str,
     root_mode: u32,
     tree: &Tree,
+    carried: Option<&Carried<'_>>,
     opts: &Options<'_>,
 ) -> Result<()> {
     // Directories first; the tree's order puts every parent before its children.
@@ -223,14 +278,16 @@ fn build_staging(
     for (path, node) in tree.iter() {
         if let Node::File { contents, mode } = node {
             let (parent_rel, name) = path.rsplit_once('/').unwrap_or(("", path));
-            jobs.push(FileJob { parent_rel, name, path: join(staging, path), contents, mode: *mode });
+            let carry = carried.and_then(|c| c.files.get(path).map(|ino| (c, *ino)));
+            jobs.push(FileJob { parent_rel, name, path: join(staging, path), contents, mode: *mode, carry });
         }
     }
     write_files(sys, &dirs, &jobs, opts)?;
 
     // A directory's entries are durable only after fsync of that directory:
     // every new subdirectory, deepest first, then the staging root, all
-    // before the swap can make them reachable from the target.
+    // before the swap can make them reachable from the target. That fsync is
+    // also what makes a carried file's new name durable.
     // Each directory gets its exact mode once it is filled, before its fsync
     // makes that mode durable.
     let mut by_depth: Vec<(&str, u32)> = dirs.dirs.iter().map(|(p, (_, mode))| (*p, *mode)).collect();
@@ -256,6 +313,8 @@ struct FileJob<'a> {
     path: String,
     contents: &'a [u8],
     mode: u32,
+    /// The target to carry it from and the inode compared there.
+    carry: Option<(&'a Carried<'a>, u64)>,
 }
 
 /// Write and fsync every file, `opts.threads` at a time: parallel fsyncs let
@@ -264,8 +323,44 @@ struct FileJob<'a> {
 fn write_files(sys: &Sys<'_>, dirs: &StageDirs<'_>, jobs: &[FileJob<'_>], opts: &Options<'_>) -> Result<()> {
     parallel::try_for_each(jobs, opts.threads, |job| {
         opts.cancel.check(&job.path)?;
-        write_one(sys, dirs.get(job.parent_rel)?.fd(), job)
+        let dir = dirs.get(job.parent_rel)?;
+        match job.carry {
+            Some((carried, ino)) => carry_one(sys, dir.fd(), carried, ino, job),
+            None => write_one(sys, dir.fd(), job),
+        }
     })
+}
+
+/// Link an unchanged file of the target into the staging tree. No fsync of
+/// the file: its data and mode were made durable by the sync that wrote it
+/// (see the module's "Carrying unchanged files"); the staging directory's
+/// fsync makes the new name durable.
+fn carry_one(
+    sys: &Sys<'_>,
+    dir: BorrowedFd<'_>,
+    carried: &Carried<'_>,
+    ino: u64,
+    job: &FileJob<'_>,
+) -> Result<()> {
+    let rel = join(job.parent_rel, job.name);
+    let from_path = join(carried.name, &rel);
+    let from_dir = if job.parent_rel.is_empty() {
+        DirFd::Held(carried.target)
+    } else {
+        DirFd::Opened(open_beneath(carried.target, job.parent_rel)?)
+    };
+    sys.link(from_dir.fd(), job.name, &from_path, dir, job.name, &job.path)?;
+    // Compared and linked in two steps: only the very inode whose bytes were
+    // compared may be carried; anything else that took its name meanwhile
+    // (a link is linked itself, never followed) leaves and is written afresh.
+    let st = rustix::fs::statat(dir, job.name, AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| Error::io(Step::Link, &job.path, e))?;
+    let is_file = kind_of(FileType::from_raw_mode(st.st_mode as _)) == Kind::File;
+    if is_file && st.st_ino == ino {
+        return Ok(());
+    }
+    sys.unlink(dir, job.name, &job.path)?;
+    write_one(sys, dir, job)
 }
 
 fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>) -> Result<()> {

@@ -108,6 +108,23 @@ impl<'p> Sys<'p> {
         self.observe(Op::FsyncDir { path }, step, path, || rustix::fs::fsync(fd).map_err(io::Error::from))
     }
 
+    /// `linkat(dir_from, from, dir_to, to, 0)`: a new name for the inode at
+    /// `from`. Without `AT_SYMLINK_FOLLOW` a symbolic link at `from` would be
+    /// linked itself, never followed, so callers check what they linked.
+    pub(crate) fn link(
+        &self,
+        dir_from: BorrowedFd<'_>,
+        from: &str,
+        from_path: &str,
+        dir_to: BorrowedFd<'_>,
+        to: &str,
+        to_path: &str,
+    ) -> Result<()> {
+        self.observe(Op::Link { from: from_path, to: to_path }, Step::Link, to_path, || {
+            rustix::fs::linkat(dir_from, from, dir_to, to, AtFlags::empty()).map_err(io::Error::from)
+        })
+    }
+
     /// `renameat2(RENAME_EXCHANGE)`: both names must exist; they swap in one step.
     pub(crate) fn exchange(
         &self,

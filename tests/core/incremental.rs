@@ -1,0 +1,173 @@
+//! Incremental sync: unchanged files of the target are carried into the
+//! new tree as the same inode (a hard link into staging, no rewrite and no
+//! fsync); new, changed and mode-only changed files get fresh inodes; an
+//! inode also reachable from outside the target is never carried.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use durasync::durable::{self, Op, Outcome, Probe, Tree};
+
+use crate::common::*;
+
+/// Inode number and link count of every regular file beneath `dir`.
+fn inodes(dir: &Path) -> BTreeMap<String, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(dir.to_owned(), String::new())];
+    while let Some((path, rel)) = stack.pop() {
+        for e in std::fs::read_dir(&path).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            if meta.is_dir() {
+                stack.push((e.path(), rel));
+            } else {
+                out.insert(rel, (meta.ino(), meta.nlink()));
+            }
+        }
+    }
+    out
+}
+
+fn old_tree() -> Tree {
+    tree(&[
+        ("same", b"same bytes", 0o644),
+        ("sub/deep", b"deep same", 0o600),
+        ("changed", b"old bytes", 0o644),
+        ("mode", b"mode only", 0o644),
+        ("gone", b"removed", 0o644),
+    ])
+}
+
+fn new_tree() -> Tree {
+    tree(&[
+        ("same", b"same bytes", 0o644),
+        ("sub/deep", b"deep same", 0o600),
+        ("changed", b"new bytes", 0o644),
+        ("mode", b"mode only", 0o600),
+        ("added", b"added", 0o644),
+    ])
+}
+
+#[test]
+fn unchanged_files_are_carried_as_the_same_inode_and_the_others_get_fresh_ones() {
+    let s = Scratch::new();
+    write_tree(&s.join("target"), &old_tree(), 0o755);
+    let before = inodes(&s.join("target"));
+    let rec = Recorder::default();
+    let r = durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&rec, 4)).unwrap();
+    assert_eq!(r.outcome, Outcome::Replaced);
+    assert_eq!(snapshot(&s.join("target")), expected(&new_tree(), 0o755));
+    let after = inodes(&s.join("target"));
+    for carried in ["same", "sub/deep"] {
+        assert_eq!(after[carried].0, before[carried].0, "{carried} is carried as the same inode");
+    }
+    for fresh in ["changed", "mode"] {
+        assert_ne!(after[fresh].0, before[fresh].0, "{fresh} is a fresh inode");
+    }
+    // The old tree is gone: every inode of the target has one name again.
+    assert!(after.values().all(|(_, nlink)| *nlink == 1), "{after:?}");
+    let links: Vec<String> = rec.keys().into_iter().filter(|k| k.kind == "link").map(|k| k.path).collect();
+    assert_eq!(links, ["target/same -> <stage>/same", "target/sub/deep -> <stage>/sub/deep"]);
+    assert_eq!(rec.count("fsync-file"), 3, "changed, mode and added; no carried file");
+    assert_eq!(rec.count("fsync-dir"), 3, "sub, the staging root and the parent");
+    assert!(leftovers(s.path()).is_empty());
+}
+
+#[test]
+fn a_file_hard_linked_from_outside_the_target_is_rewritten_not_carried() {
+    let s = Scratch::new();
+    write_tree(&s.join("target"), &old_tree(), 0o755);
+    std::fs::hard_link(s.join("target/same"), s.join("outside")).unwrap();
+    // Two names inside the target for one inode: not carried either.
+    write_tree(&s.join("t2"), &tree(&[("a", b"twin", 0o644), ("x", b"x", 0o644)]), 0o755);
+    std::fs::remove_file(s.join("t2/a")).unwrap();
+    std::fs::write(s.join("t2/a"), b"twin").unwrap();
+    std::fs::hard_link(s.join("t2/a"), s.join("t2/b")).unwrap();
+    let before = (inodes(&s.join("target")), inodes(&s.join("t2")));
+
+    let rec = Recorder::default();
+    durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&rec, 2)).unwrap();
+    let after = inodes(&s.join("target"));
+    assert_ne!(after["same"].0, before.0["same"].0, "an inode with another name outside is rewritten");
+    assert_eq!(after["sub/deep"].0, before.0["sub/deep"].0, "the others are still carried");
+    let outside = std::fs::symlink_metadata(s.join("outside")).unwrap();
+    assert_eq!((outside.ino(), outside.nlink()), (before.0["same"].0, 1), "the outside name keeps its inode");
+    assert_eq!(std::fs::read(s.join("outside")).unwrap(), b"same bytes");
+    assert!(!rec.keys().iter().any(|k| k.kind == "link" && k.path.starts_with("target/same")));
+
+    let twins = tree(&[("a", b"twin", 0o644), ("b", b"twin", 0o644), ("x", b"x2", 0o644)]);
+    durable::sync_dir(s.fd(), "t2", &twins, &opts(&rec, 2)).unwrap();
+    let after = inodes(&s.join("t2"));
+    assert_ne!(after["a"].0, after["b"].0, "two names of one inode become two inodes");
+    assert_ne!(after["a"].0, before.1["a"].0);
+    assert_eq!(snapshot(&s.join("t2")), expected(&twins, 0o755));
+}
+
+/// Before the first link of `victim` (a path relative to the scratch dir),
+/// replaces it: with another file of the same bytes, or with a symlink.
+struct Swapper {
+    root: PathBuf,
+    victims: Mutex<Vec<(String, bool)>>,
+}
+
+impl Probe for Swapper {
+    fn before(&self, op: &Op<'_>) -> io::Result<()> {
+        if let Op::Link { from, .. } = *op {
+            let mut victims = self.victims.lock().unwrap();
+            if let Some(i) = victims.iter().position(|(v, _)| v == from) {
+                let (victim, symlink) = victims.remove(i);
+                let path = self.root.join(&victim);
+                let tmp = self.root.join("intruder");
+                if symlink {
+                    std::os::unix::fs::symlink("/etc/passwd", &tmp)?;
+                } else {
+                    std::fs::write(&tmp, b"intruder")?;
+                }
+                std::fs::rename(&tmp, &path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_file_replaced_between_the_comparison_and_its_link_is_written_afresh() {
+    let s = Scratch::new();
+    write_tree(&s.join("target"), &old_tree(), 0o755);
+    let probe = Swapper {
+        root: s.path().to_owned(),
+        victims: Mutex::new(vec![("target/same".into(), false), ("target/sub/deep".into(), true)]),
+    };
+    let r = durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&probe, 1)).unwrap();
+    assert_eq!(r.outcome, Outcome::Replaced);
+    assert!(probe.victims.lock().unwrap().is_empty(), "both replacements happened");
+    // Neither the intruder's bytes nor the symlink: the requested tree.
+    assert_eq!(snapshot(&s.join("target")), expected(&new_tree(), 0o755));
+    assert!(leftovers(s.path()).is_empty());
+}
+
+#[test]
+fn a_partial_change_then_a_repeat_is_unchanged_with_no_fsync() {
+    let s = Scratch::new();
+    write_tree(&s.join("target"), &many_files("f", 200, 512, 3), 0o755);
+    let mut changed = Tree::new();
+    for (path, node) in many_files("f", 200, 512, 3).iter() {
+        if let durable::Node::File { contents, mode } = node {
+            let contents = if path == "f0007" { vec![9; 700] } else { contents.clone() };
+            changed.add_file(path, contents, *mode).unwrap();
+        }
+    }
+    let rec = Recorder::default();
+    durable::sync_dir(s.fd(), "target", &changed, &opts(&rec, 4)).unwrap();
+    assert_eq!((rec.count("link"), rec.count("fsync-file"), rec.count("fsync-dir")), (199, 1, 2));
+    assert_eq!(snapshot(&s.join("target")), expected(&changed, 0o755));
+    let rec = Recorder::default();
+    let r = durable::sync_dir(s.fd(), "target", &changed, &opts(&rec, 4)).unwrap();
+    assert_eq!(r.outcome, Outcome::Unchanged);
+    assert_eq!(rec.keys().len(), 1, "only the lock: {:?}", rec.keys());
+}
