@@ -16,7 +16,8 @@
 //!   last byte) or zero-filled at its size (the size reached the disk, the
 //!   data did not);
 //! - a rename or an exchange is one change of its directory: all of it or
-//!   none of it; it too is durable only once its directory is fsynced;
+//!   none of it; it too is durable only once its directory is fsynced; a
+//!   rename across directories is one change of each, independently;
 //! - a failed fsync ("fsyncgate") persists nothing of that inode's pending
 //!   changes, and they never will be: the running system still sees them,
 //!   but a later fsync of the inode succeeds without persisting them (only
@@ -306,6 +307,19 @@ pub enum IOp {
         dir: Ino,
         change: Change,
     },
+    /// A rename across directories (the one-file fast path: the temporary
+    /// file in the parent over a file inside the target): one change of each
+    /// directory, each durable only with its own directory's fsync, and
+    /// independently of the other (weaker than a journal, which commits both
+    /// together): a crash may show the new name, the old name, both (a second
+    /// name of the inode) or neither.
+    Move {
+        from: Ino,
+        from_name: String,
+        to: Ino,
+        to_name: String,
+        ino: Ino,
+    },
     /// An operation with no effect on the model (locking an existing lock file).
     Nothing,
 }
@@ -426,8 +440,10 @@ impl Model {
             ROp::Rename { from, to, .. } => {
                 let (df, nf, pf) = self.parent_of(from, rop);
                 let (dt, nt, pt) = self.parent_of(to, rop);
-                assert_eq!((df, &pf), (dt, &pt), "model: rename across directories in `{rop}`");
                 let ino = self.must(from, rop);
+                if (df, &pf) != (dt, &pt) {
+                    return IOp::Move { from: df, from_name: nf, to: dt, to_name: nt, ino };
+                }
                 IOp::Entries { dir: df, change: vec![(nf, None), (nt, Some(ino))] }
             }
             ROp::Unlink { path } | ROp::Rmdir { path } => {
@@ -492,6 +508,10 @@ impl Model {
                 inode.lost = Some(Lost { entries, data, mode });
             }
             IOp::Entries { dir, change } => self.inode(*dir).changes.push(change.clone()),
+            IOp::Move { from, from_name, to, to_name, ino } => {
+                self.inode(*from).changes.push(vec![(from_name.clone(), None)]);
+                self.inode(*to).changes.push(vec![(to_name.clone(), Some(*ino))]);
+            }
             IOp::Nothing => {}
         }
     }

@@ -134,3 +134,14 @@ fn the_commit_fsync_of_a_removal_is_needed() {
     let sc = scenarios::remove_file(&mut ex);
     check_mutations(&mut ex, &sc, None);
 }
+
+#[test]
+fn every_fsync_and_the_rename_order_of_a_one_file_change_are_needed() {
+    let mut ex = Explorer::new();
+    for mode_only in [false, true] {
+        let sc = scenarios::one_file(&mut ex, mode_only);
+        // Dropping the temporary file's or the directory's fsync, and the
+        // rename moved before the file's fsync.
+        check_mutations(&mut ex, &sc, Some("<tmp>"));
+    }
+}

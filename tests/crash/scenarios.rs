@@ -244,6 +244,72 @@ pub fn partial(ex: &mut Explorer) -> Scenario {
     sc
 }
 
+/// The commonest rotation, taking the one-file fast path: one file of a
+/// nested tree changes (its bytes, or with `mode_only` only its
+/// mode, at the top of the target). A temporary file in the parent is
+/// fsynced, renamed over the file, and the directory holding it fsynced.
+pub fn one_file(ex: &mut Explorer, mode_only: bool) -> Scenario {
+    let old = dir(
+        0o755,
+        &[
+            ("same", file("same bytes", 0o644)),
+            ("top", file("top", 0o644)),
+            ("sub/same", file("deep same", 0o640)),
+            ("sub/key", file("old key", 0o600)),
+        ],
+    );
+    let mut new = old.clone();
+    let (changed, node) =
+        if mode_only { ("top", file("top", 0o600)) } else { ("sub/key", file("new key, longer", 0o600)) };
+    new.insert(changed, node);
+    let name = if mode_only { "sync of one file's mode" } else { "sync of one file's bytes" };
+    let sc = record(ex, name, dir(0o755, &[("t", old)]), "t", sync_call(to_tree(&new)));
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    let durable: Vec<String> = sc
+        .steps
+        .iter()
+        .filter(|s| !matches!(s.rop, ROp::Create { .. } | ROp::Write { .. } | ROp::Chmod { .. }))
+        .filter(|s| !matches!(&s.rop, ROp::Lock { .. }))
+        .filter(|s| !matches!(&s.rop, ROp::Unlink { path } | ROp::Create { path } if path.starts_with(".durasync-unsynced-")))
+        .map(|s| s.rop.to_string())
+        .collect();
+    let dir_of = if mode_only { "t" } else { "t/sub" };
+    let want = [
+        "fsync-file <tmp>".to_owned(),
+        format!("rename(replace) <tmp> -> t/{changed}"),
+        format!("fsync-dir {dir_of}"),
+    ];
+    assert_eq!(durable, want, "{name}: no staging tree, two fsyncs");
+    sc
+}
+
+/// A one-file change whose commit fsync (of the directory holding the file)
+/// fails with EIO, then the same sync again: the retry sees the target
+/// marked and runs the full sequence.
+pub fn one_file_retry(ex: &mut Explorer) -> Scenario {
+    let old = dir(0o755, &[("x", file("x", 0o644)), ("sub/key", file("old key", 0o600))]);
+    let mut new = old.clone();
+    new.insert("sub/key", file("new key", 0o600));
+    let tree = to_tree(&new);
+    let sc = record(
+        ex,
+        "one-file sync, failed commit fsync, retry",
+        dir(0o755, &[("t", old)]),
+        "t",
+        move |root| {
+            let rec = Recorder::failing_fsync_of("t/sub");
+            let opts = Options { probe: &rec, ..Options::default() };
+            let err = durable::sync_dir(root, "t", &tree, &opts).expect_err("the commit fsync fails");
+            assert!(matches!(err, durable::Error::Committed { durable: false, .. }), "{err}");
+            durable::sync_dir(root, "t", &tree, &opts).expect("the retry");
+            rec.take()
+        },
+    );
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    assert!(sc.steps.iter().any(|s| matches!(s.rop, ROp::Exchange { .. })), "the retry is a full sync");
+    sc
+}
+
 /// Sync replacing a tree while an earlier crash's staging (holding what
 /// would have been the next tree) is still beside it: it must be removed,
 /// never swapped in.
@@ -492,6 +558,24 @@ fn a_partial_change_carrying_unchanged_files_is_old_or_new_at_every_crash_point(
     let out = explore_ok(&mut ex, &sc);
     assert_commit_window(&sc, &out, ".");
     assert!(out.stats.recovery_runs > 0, "no crashed state had leftovers to recover");
+}
+
+#[test]
+fn a_one_file_change_replacing_just_that_file_is_old_or_new_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    for (mode_only, dir) in [(false, "t/sub"), (true, "t")] {
+        let sc = one_file(&mut ex, mode_only);
+        let out = explore_ok(&mut ex, &sc);
+        assert_commit_window(&sc, &out, dir);
+        assert!(out.stats.recovery_runs > 0, "no crashed state had a temporary file to recover");
+    }
+}
+
+#[test]
+fn a_one_file_change_retried_after_a_failed_commit_fsync_ends_durable_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = one_file_retry(&mut ex);
+    explore_retry(&mut ex, &sc);
 }
 
 #[test]

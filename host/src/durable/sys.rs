@@ -162,6 +162,24 @@ impl<'p> Sys<'p> {
         })
     }
 
+    /// Plain `renameat(2)` of `from` in `dir_from` over `to` in `dir_to`,
+    /// another directory of the same file system: `to` is replaced in one
+    /// atomic step (the one-file fast path of a sync).
+    pub(crate) fn replace_into(
+        &self,
+        dir_from: BorrowedFd<'_>,
+        from: &str,
+        from_path: &str,
+        dir_to: BorrowedFd<'_>,
+        to: &str,
+        to_path: &str,
+    ) -> Result<()> {
+        let op = Op::Rename { from: from_path, to: to_path, replace: true };
+        self.observe(op, Step::Rename, to_path, || {
+            rustix::fs::renameat(dir_from, from, dir_to, to).map_err(io::Error::from)
+        })
+    }
+
     /// Plain `renameat(2)` of an entry whose name is not UTF-8 to `to` in the
     /// same directory (recovery, inside a leftover it removes; the probe sees
     /// the old name lossily).
