@@ -3,8 +3,9 @@
 //! the old or the new tree, no leftover remains and every file of the target
 //! has one link (no carried inode is still shared with a leftover). Every
 //! other sync is a partial change (1 file in 20 rewritten, a few modes
-//! changed, some files added and removed: the rest is carried by links),
-//! the others replace every file. Bounded: at most
+//! changed, some files added and removed: the rest is carried by links)
+//! or a one-file change (the fast path: a temporary file beside the target
+//! renamed over that file), the others replace every file. Bounded: at most
 //! [`MAX_ITERATIONS`] kills and [`BUDGET`] of wall time, so a slow machine
 //! simply runs fewer iterations (nothing asserts on time).
 //!
@@ -83,6 +84,14 @@ fn partial() -> Disk {
     dir(0o755, &refs)
 }
 
+/// Tree A with exactly one file rewritten: the one-file fast path (a
+/// temporary file beside the target renamed over that file).
+fn one_file() -> Disk {
+    let mut tree = source('A');
+    tree.insert("d07/f0700", file("D rotation of one file\n", 0o644));
+    tree
+}
+
 /// Paths of regular files beneath `dir` with more than one link.
 fn shared_inodes(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -146,10 +155,12 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
     let base = std::env::var_os("DURASYNC_SOAK_TMP").map_or_else(crate::tmp_base, Into::into);
     let work = tempfile::Builder::new().prefix("crash-soak-").tempdir_in(base).expect("tempdir");
     let (src_a, src_b, src_c) = (work.path().join("a"), work.path().join("b"), work.path().join("c"));
-    let (tree_a, tree_b, tree_c) = (source('A'), source('B'), partial());
+    let (tree_a, tree_b, tree_c, tree_d) = (source('A'), source('B'), partial(), one_file());
+    let src_d = work.path().join("d");
     materialise(&tree_a, &src_a);
     materialise(&tree_b, &src_b);
     materialise(&tree_c, &src_c);
+    materialise(&tree_d, &src_d);
     let parent = work.path().join("p");
     std::fs::create_dir(&parent).expect("mkdir");
     let target = parent.join("t");
@@ -184,24 +195,46 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
     let partial_time = times[2];
     assert_eq!(snapshot(&target), tree_a);
     assert!(shared_inodes(&target).is_empty(), "after a partial change every file has one link");
+    // And for one changed file (A to D and back).
+    let mut times: Vec<Duration> = [&src_d, &src_a, &src_d, &src_a, &src_d, &src_a]
+        .iter()
+        .map(|src| {
+            let t = Instant::now();
+            run_ok(&[Path::new("sync"), &target, Path::new("--from"), src]);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    let one_time = times[2];
+    assert_eq!(snapshot(&target), tree_a);
 
     let mut rng = Rng::seeded();
     let mut phases = Phases::default();
     let mut current = 'A';
     let mut iterations = 0;
     let mut partials = 0;
+    let mut ones = 0;
     while iterations < MAX_ITERATIONS && start.elapsed() + replace_time * 2 < BUDGET {
         iterations += 1;
-        // From A, alternately a full replace (B) and a partial change (C); back to A from either.
+        // From A, in turn a full replace (B), a partial change (C) and a
+        // one-file change (D); back to A from any of them.
         let (next, src, old, new) = match current {
-            'A' if iterations % 4 < 2 => ('B', &src_b, &tree_a, &tree_b),
-            'A' => ('C', &src_c, &tree_a, &tree_c),
+            'A' if iterations % 6 < 2 => ('B', &src_b, &tree_a, &tree_b),
+            'A' if iterations % 6 < 4 => ('C', &src_c, &tree_a, &tree_c),
+            'A' => ('D', &src_d, &tree_a, &tree_d),
             'B' => ('A', &src_a, &tree_b, &tree_a),
-            _ => ('A', &src_a, &tree_c, &tree_a),
+            'C' => ('A', &src_a, &tree_c, &tree_a),
+            _ => ('A', &src_a, &tree_d, &tree_a),
         };
         let is_partial = next == 'C' || current == 'C';
+        let is_one = next == 'D' || current == 'D';
         partials += usize::from(is_partial);
-        let took = if is_partial { partial_time } else { replace_time };
+        ones += usize::from(is_one);
+        let took = match (is_partial, is_one) {
+            (true, _) => partial_time,
+            (_, true) => one_time,
+            _ => replace_time,
+        };
         // Uniform over 1.1 × the sync: most kills land inside it, some after.
         let delay = Duration::from_micros(rng.below(took.as_micros() as u64 * 11 / 10));
         let mut child = Command::new(durasync())
@@ -250,7 +283,7 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
     }
     println!(
         "[soak] {iterations} kills of a {FILES}-file sync ({partials} partial changes: {partial_time:.2?}, \
-         full replace {replace_time:.2?}) in {:.1?}: \
+         {ones} one-file changes: {one_time:.2?}, full replace {replace_time:.2?}) in {:.1?}: \
          before the swap {} ({} nothing staged yet, {} staging in progress), during {} (swapped, not \
          reported), after {} ({} killed after reporting, {} had exited)",
         start.elapsed(),
@@ -263,4 +296,5 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
         phases.after_exited,
     );
     assert!(iterations > 0, "the soak ran no iteration");
+    assert!(ones > 0, "the soak killed no one-file change");
 }

@@ -7,6 +7,10 @@
 //! fsync after it, of the parent. A second identical sync must issue no
 //! fsync and no rename at all.
 //!
+//! A change of exactly one file takes the fast path, audited line by line:
+//! fsync of the temporary file beside the target, the rename over the file,
+//! fsync of the directory holding it.
+//!
 //! The same audit covers a single-file `write` (create and replace), and a
 //! plugin's `sync` and `remove` through `durasync run` (certsync).
 //!
@@ -253,6 +257,39 @@ fn strace_of_a_partial_change_links_the_unchanged_files_and_matches_the_explored
 }
 
 #[test]
+fn strace_of_a_one_file_change_matches_the_explored_fast_path_and_a_repeat_does_nothing() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    for mode_only in [false, true] {
+        let sc = scenarios::one_file(&mut ex, mode_only);
+        let out = ex.explore(&sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+        assert!(out.violations.is_empty(), "{}: {}", sc.name, out.violations[0]);
+        let explored: Vec<ROp> = sc.steps.iter().map(|s| s.rop.clone()).collect();
+        let (old, new) = (sc.expect.old.clone().expect("old"), sc.expect.new.clone().expect("new"));
+        let (work, target, src) = setup(Some(&old), &new);
+        let parent = target.parent().expect("parent").to_path_buf();
+        let traced = tokens_of_calls(&strace(work.path(), &sync_args(&target, &src)), &parent);
+        println!("[strace] {}: {traced:?}", sc.name);
+        assert_eq!(
+            traced,
+            tokens_of_trace(&explored),
+            "{}: the binary's sequence is the explored one",
+            sc.name
+        );
+        let changed = if mode_only { "t/top" } else { "t/sub/key" };
+        let dir = if mode_only { "t" } else { "t/sub" };
+        let want =
+            ["fsync <tmp>".to_owned(), format!("rename(replace) <tmp> -> {changed}"), format!("fsync {dir}")];
+        assert_eq!(traced, want, "the new file's fsync, the rename, the commit fsync of its directory");
+        assert_eq!(crate::model::snapshot(&target), new);
+        let again = strace(work.path(), &sync_args(&target, &src));
+        assert!(again.is_empty(), "an unchanged sync issues no fsync and no rename: {again:?}");
+    }
+}
+
+#[test]
 fn strace_of_a_first_sync_matches_the_explored_sequence() {
     if !strace_available() {
         return;
@@ -314,7 +351,10 @@ fn tokens_of_calls(calls: &[Call], parent: &Path) -> Vec<String> {
         let r = r.trim_start_matches('/');
         if r.is_empty() { ".".to_owned() } else { crate::trace::short(r) }
     };
-    let name = |quoted: &str| crate::trace::short(quoted.trim().trim_matches('"'));
+    // A name relative to its directory fd: a rename may cross directories
+    // (the one-file fast path renames from the parent into the target).
+    let name =
+        |fd: &str, quoted: &str| rel(&format!("{}/{}", fd_path_of(fd), quoted.trim().trim_matches('"')));
     calls
         .iter()
         .map(|call| {
@@ -327,13 +367,13 @@ fn tokens_of_calls(calls: &[Call], parent: &Path) -> Vec<String> {
                     format!("link {} -> {}", rel(&from), rel(&to))
                 }
                 ("renameat", None) | ("renameat2", Some("0")) => {
-                    format!("rename(replace) {} -> {}", name(args[1]), name(args[3]))
+                    format!("rename(replace) {} -> {}", name(args[0], args[1]), name(args[2], args[3]))
                 }
                 ("renameat2", Some("RENAME_NOREPLACE")) => {
-                    format!("rename(noreplace) {} -> {}", name(args[1]), name(args[3]))
+                    format!("rename(noreplace) {} -> {}", name(args[0], args[1]), name(args[2], args[3]))
                 }
                 ("renameat2", Some("RENAME_EXCHANGE")) => {
-                    format!("exchange {} <-> {}", name(args[1]), name(args[3]))
+                    format!("exchange {} <-> {}", name(args[0], args[1]), name(args[2], args[3]))
                 }
                 _ => panic!("unexpected durability or rename call {}({})", call.name, call.args),
             }
