@@ -6,7 +6,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use durasync::durable::{self, Cancel, Error, NoProbe, Op, Options, Outcome, Probe};
+use durasync::durable::{self, Cancel, Error, NoProbe, Op, Options, Outcome, Probe, Tree};
 
 use crate::common::*;
 
@@ -94,4 +94,44 @@ fn a_cancel_after_the_swap_is_ignored_and_the_change_commits() {
     assert_eq!(r.outcome, Outcome::Replaced);
     assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
     assert!(leftovers(s.path()).is_empty(), "the old tree was still removed");
+}
+
+#[test]
+fn a_one_file_change_cancelled_before_its_rename_changes_nothing_and_after_it_commits() {
+    let s = Scratch::new();
+    let old = many_files("f", 50, 10, 0);
+    write_tree(&s.join("target"), &old, 0o755);
+    let before = snapshot(&s.join("target"));
+    let mut new = Tree::new();
+    for (path, node) in old.iter() {
+        if let durable::Node::File { contents, mode } = node {
+            let contents = if path == "f0010" { b"rotated".to_vec() } else { contents.clone() };
+            new.add_file(path, contents, *mode).unwrap();
+        }
+    }
+    // Cancelled once the temporary file is fsynced: the last check, before the rename.
+    let flag = AtomicBool::new(false);
+    let probe = SetFlagAfter {
+        flag: &flag,
+        pred: |k: &Key| k.kind == "fsync-file",
+        after: 1,
+        seen: AtomicUsize::new(0),
+    };
+    let o = Options { probe: &probe, threads: 1, cancel: Cancel::on(&flag), ..Options::default() };
+    let err = durable::sync_dir(s.fd(), "target", &new, &o).unwrap_err();
+    assert!(matches!(&err, Error::Cancelled { path } if path == "target"), "{err:?}");
+    assert_eq!(snapshot(&s.join("target")), before, "the target is unchanged");
+    assert_eq!(names(s.path()), ["target".to_owned()].into(), "the temporary file is gone, no marker");
+
+    // Cancelled at the rename: ignored, the change commits.
+    let flag = AtomicBool::new(false);
+    let probe =
+        SetFlagAfter { flag: &flag, pred: |k: &Key| k.kind == "rename", after: 1, seen: AtomicUsize::new(0) };
+    let o = Options { probe: &probe, threads: 1, cancel: Cancel::on(&flag), ..Options::default() };
+    let r = durable::sync_dir(s.fd(), "target", &new, &o).unwrap();
+    assert!(flag.load(Ordering::SeqCst), "the flag was set at the rename");
+    assert_eq!(r.outcome, Outcome::Replaced);
+    assert_eq!((r.written, r.removed), (50, 0));
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
+    assert!(leftovers(s.path()).is_empty());
 }

@@ -63,7 +63,9 @@
 //! inode; recovery removes it (on ext4 without a journal the link count is
 //! repaired by `e2fsck` first, as for a carried file). While another
 //! target of the parent waits for its retry (leftovers deferred), the full
-//! sequence runs instead.
+//! sequence runs instead, and so it does when an unchanged file could not
+//! be carried (another link or owner: the full sequence rewrites it), so
+//! the resulting tree is the full sequence's, inode for inode.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -132,9 +134,13 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     }
     // 3b. Exactly one regular file differs: replace just that file (see the
     // module's "Replacing one file"). Not for a marked target (everything is
-    // rewritten then), nor while leftovers wait for a failed call's retry.
+    // rewritten then), nor while leftovers wait for a failed call's retry,
+    // nor when an unchanged file could not be carried (another link, another
+    // owner): the full sequence would rewrite it, and so the result is
+    // always the full sequence's, inode for inode.
     if !marked
         && !deferred
+        && carry.len() + 1 == tree.file_count()
         && let (Some(t), Some(one)) = (&target, one_changed_file(&plan, tree))
         && let Some(report) = replace_one_file(&sys, parent, name, t.as_fd(), one, tree, opts)?
     {
