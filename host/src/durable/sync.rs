@@ -1,6 +1,6 @@
 //! Directory sync: make a directory hold exactly a [`Tree`], atomically and
 //! durably, with N + D + 2 fsyncs for N new or changed files and D
-//! subdirectories.
+//! subdirectories, and 2 when exactly one file changed.
 //!
 //! The sequence, top to bottom (each step's reason is written beside it):
 //! validate → lock the parent → remove stale leftovers → compare (unchanged
