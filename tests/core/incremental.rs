@@ -1,7 +1,8 @@
 //! Incremental sync: unchanged files of the target are carried into the
 //! new tree as the same inode (a hard link into staging, no rewrite and no
 //! fsync); new, changed and mode-only changed files get fresh inodes; an
-//! inode also reachable from outside the target is never carried.
+//! inode also reachable from outside the target is never carried. One
+//! changed file takes the fast path: only that file is replaced, no staging.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -177,4 +178,41 @@ fn a_partial_change_then_a_repeat_is_unchanged_with_no_fsync() {
     let r = durable::sync_dir(s.fd(), "target", &changed, &opts(&rec, 4)).unwrap();
     assert_eq!(r.outcome, Outcome::Unchanged);
     assert_eq!(rec.keys().len(), 1, "only the lock: {:?}", rec.keys());
+}
+
+#[test]
+fn one_changed_file_replaces_just_that_file_and_an_empty_directory_in_its_place_takes_the_full_path() {
+    let s = Scratch::new();
+    let old = tree(&[("a", b"a", 0o644), ("sub/key", b"old key", 0o600), ("sub/crt", b"crt", 0o644)]);
+    write_tree(&s.join("target"), &old, 0o750);
+    let before = inodes(&s.join("target"));
+    let new = tree(&[("a", b"a", 0o644), ("sub/key", b"new key", 0o600), ("sub/crt", b"crt", 0o644)]);
+    let rec = Recorder::default();
+    let r = durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
+    assert_eq!((r.outcome, r.written, r.removed), (Outcome::Replaced, 3, 0));
+    let kinds: Vec<String> = rec.keys().into_iter().map(|k| format!("{} {}", k.kind, k.path)).collect();
+    assert!(kinds.contains(&"rename <tmp> -> target/sub/key".to_owned()), "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k.contains("<stage>")), "no staging tree: {kinds:?}");
+    assert_eq!((rec.count("fsync-file"), rec.count("fsync-dir")), (1, 1));
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o750), "the target keeps its own mode");
+    let after = inodes(&s.join("target"));
+    assert_eq!(after["a"], before["a"]);
+    assert_eq!(after["sub/crt"], before["sub/crt"]);
+    assert_ne!(after["sub/key"].0, before["sub/key"].0);
+    assert!(leftovers(s.path()).is_empty());
+
+    // An empty directory where the new tree wants a file is the only
+    // difference too, but a rename cannot replace it: the full sequence runs.
+    std::fs::create_dir(s.join("target/b")).unwrap();
+    let with_b = tree(&[
+        ("a", b"a", 0o644),
+        ("b", b"now a file", 0o644),
+        ("sub/key", b"new key", 0o600),
+        ("sub/crt", b"crt", 0o644),
+    ]);
+    let rec = Recorder::default();
+    durable::sync_dir(s.fd(), "target", &with_b, &opts(&rec, 4)).unwrap();
+    assert_eq!(rec.count("exchange"), 1, "the full sequence");
+    assert_eq!(snapshot(&s.join("target")), expected(&with_b, 0o750));
+    assert!(leftovers(s.path()).is_empty());
 }
