@@ -65,7 +65,8 @@
 //! target of the parent waits for its retry (leftovers deferred), the full
 //! sequence runs instead, and so it does when an unchanged file could not
 //! be carried (another link or owner: the full sequence rewrites it), so
-//! the resulting tree is the full sequence's, inode for inode.
+//! every file of the result is the inode the full sequence would give it
+//! (directories keep theirs: they are not recreated).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -137,7 +138,7 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     // rewritten then), nor while leftovers wait for a failed call's retry,
     // nor when an unchanged file could not be carried (another link, another
     // owner): the full sequence would rewrite it, and so the result is
-    // always the full sequence's, inode for inode.
+    // every file's inode is the one the full sequence would give it.
     if !marked
         && !deferred
         && carry.len() + 1 == tree.file_count()
