@@ -309,17 +309,40 @@ pub fn durasync(args: &[&str], cwd: &Path) -> Output {
         .expect("run durasync")
 }
 
-/// Like [`durasync`], but under `umask` (through `sh -c 'umask U; exec …'`).
-pub fn durasync_umask(umask: &str, args: &[&str], cwd: &Path) -> Output {
+/// Like [`durasync`], after the shell command `setup` (`umask 077`,
+/// `ulimit -n 64`): through `sh -c 'SETUP && exec …'`.
+pub fn durasync_sh(setup: &str, args: &[&str], cwd: &Path) -> Output {
     Command::new("sh")
         .arg("-c")
-        .arg(format!("umask {umask}; exec \"$0\" \"$@\""))
+        .arg(format!("{setup} && exec \"$0\" \"$@\""))
         .arg(crate::support::durasync())
         .args(args)
         .current_dir(cwd)
         .env_remove("DURASYNC_LOG")
         .output()
         .expect("run sh")
+}
+
+/// Inode number and link count of every regular file beneath `dir`, by
+/// relative path.
+pub fn inodes(dir: &Path) -> BTreeMap<String, (u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(dir.to_owned(), String::new())];
+    while let Some((path, rel)) = stack.pop() {
+        for e in std::fs::read_dir(&path).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            if meta.is_dir() {
+                stack.push((e.path(), rel));
+            } else {
+                out.insert(rel, (meta.ino(), meta.nlink()));
+            }
+        }
+    }
+    out
 }
 
 pub use crate::support::cannot_check;

@@ -45,19 +45,6 @@ fn stage_name() -> String {
     durable::names::leftover_name(durable::names::Leftover::Stage)
 }
 
-/// Run the real binary with `ulimit -n` lowered to `fds`.
-fn durasync_with_fds(fds: u32, args: &[&str], cwd: &Path) -> std::process::Output {
-    std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
-        .arg(crate::support::durasync())
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("DURASYNC_LOG")
-        .output()
-        .expect("run sh")
-}
-
 #[test]
 fn recover_removes_a_16000_deep_leftover() {
     let s = Scratch::on_tmpfs();
@@ -93,14 +80,14 @@ fn a_2000_deep_leftover_is_removed_with_only_64_fds_allowed() {
     std::fs::write(s.join("dir").join(durable::names::LOCK_NAME), b"").unwrap();
     drop(deep_chain(&s.join("dir"), &stage_name(), 2_000));
     drop(deep_chain(s.path(), &stage_name(), 2_000));
-    let out = durasync_with_fds(64, &["recover", "."], s.path());
+    let out = durasync_sh("ulimit -n 64", &["recover", "."], s.path());
     assert!(out.status.success(), "recover failed ({}): {}", out.status, stderr(&out));
     assert!(leftovers(s.path()).is_empty() && leftovers(&s.join("dir")).is_empty());
     // And the write path: a file written beside a fresh deep leftover.
     drop(deep_chain(s.path(), &stage_name(), 2_000));
     let input = s.join("input");
     std::fs::write(&input, b"x").unwrap();
-    let out = durasync_with_fds(64, &["write", "f", "--from", input.to_str().unwrap()], s.path());
+    let out = durasync_sh("ulimit -n 64", &["write", "f", "--from", input.to_str().unwrap()], s.path());
     assert!(out.status.success(), "write failed ({}): {}", out.status, stderr(&out));
     assert!(leftovers(s.path()).is_empty());
 }
@@ -120,7 +107,7 @@ fn recover_walks_a_2000_deep_non_leftover_tree_with_only_64_fds_allowed() {
         Mode::from_raw_mode(0o600),
     )
     .unwrap();
-    let out = durasync_with_fds(64, &["recover", "."], s.path());
+    let out = durasync_sh("ulimit -n 64", &["recover", "."], s.path());
     assert!(out.status.success(), "recover failed ({}): {}", out.status, stderr(&out));
     assert!(ok_stdout(&out).ends_with(&format!("/d/{leftover}\n")));
     assert!(rustix::fs::statat(&fd, leftover.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_err());

@@ -4,35 +4,14 @@
 //! inode also reachable from outside the target is never carried. One
 //! changed file takes the fast path: only that file is replaced, no staging.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use durasync::durable::{self, Op, Outcome, Probe, Tree};
 
 use crate::common::*;
-
-/// Inode number and link count of every regular file beneath `dir`.
-fn inodes(dir: &Path) -> BTreeMap<String, (u64, u64)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![(dir.to_owned(), String::new())];
-    while let Some((path, rel)) = stack.pop() {
-        for e in std::fs::read_dir(&path).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().into_string().unwrap();
-            let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
-            let meta = std::fs::symlink_metadata(e.path()).unwrap();
-            if meta.is_dir() {
-                stack.push((e.path(), rel));
-            } else {
-                out.insert(rel, (meta.ino(), meta.nlink()));
-            }
-        }
-    }
-    out
-}
 
 fn old_tree() -> Tree {
     tree(&[

@@ -52,7 +52,7 @@ fn sync_modes_are_exact_under_umask_077_and_000() {
             if target_exists {
                 write_tree(&s.join("target"), &tree(&[("old", b"old", 0o644)]), 0o750);
             }
-            let out = durasync_umask(umask, &["sync", "target", "--from", "src"], s.path());
+            let out = durasync_sh(&format!("umask {umask}"), &["sync", "target", "--from", "src"], s.path());
             ok_stdout(&out);
             // A new target gets 0755 whatever the umask; an existing one keeps its mode.
             let root = if target_exists { 0o750 } else { 0o755 };
@@ -60,7 +60,7 @@ fn sync_modes_are_exact_under_umask_077_and_000() {
             assert_eq!(snapshot(&s.join("target")), want, "umask {umask}, target existed: {target_exists}");
             assert_eq!(contents(&snapshot(&s.join("src"))), contents(&want), "the source is read as written");
             // Unchanged the second time: modes compare equal.
-            let out = durasync_umask(umask, &["sync", "target", "--from", "src"], s.path());
+            let out = durasync_sh(&format!("umask {umask}"), &["sync", "target", "--from", "src"], s.path());
             assert!(ok_stdout(&out).starts_with("unchanged target: "), "umask {umask}");
         }
     }
@@ -75,15 +75,23 @@ fn write_modes_are_exact_under_umask_077_and_000() {
     for umask in ["077", "000"] {
         let s = Scratch::new();
         std::fs::write(s.join("src"), b"bytes").unwrap();
-        ok_stdout(&durasync_umask(umask, &["write", "given", "--from", "src", "--mode", "0640"], s.path()));
+        ok_stdout(&durasync_sh(
+            &format!("umask {umask}"),
+            &["write", "given", "--from", "src", "--mode", "0640"],
+            s.path(),
+        ));
         assert_eq!(mode_of(&s.join("given")), 0o640, "umask {umask}: --mode is exact");
-        ok_stdout(&durasync_umask(umask, &["write", "setuid", "--from", "src", "--mode", "4750"], s.path()));
+        ok_stdout(&durasync_sh(
+            &format!("umask {umask}"),
+            &["write", "setuid", "--from", "src", "--mode", "4750"],
+            s.path(),
+        ));
         assert_eq!(mode_of(&s.join("setuid")), 0o4750, "umask {umask}");
-        ok_stdout(&durasync_umask(umask, &["write", "new", "--from", "src"], s.path()));
+        ok_stdout(&durasync_sh(&format!("umask {umask}"), &["write", "new", "--from", "src"], s.path()));
         assert_eq!(mode_of(&s.join("new")), 0o644, "umask {umask}: a new file gets 0644");
         std::fs::write(s.join("kept"), b"old").unwrap();
         std::fs::set_permissions(s.join("kept"), std::fs::Permissions::from_mode(0o604)).unwrap();
-        ok_stdout(&durasync_umask(umask, &["write", "kept", "--from", "src"], s.path()));
+        ok_stdout(&durasync_sh(&format!("umask {umask}"), &["write", "kept", "--from", "src"], s.path()));
         assert_eq!(mode_of(&s.join("kept")), 0o604, "umask {umask}: an existing file keeps its mode");
         assert_eq!(std::fs::read(s.join("kept")).unwrap(), b"bytes");
     }
