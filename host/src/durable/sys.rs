@@ -152,14 +152,7 @@ impl<'p> Sys<'p> {
         to_path: &str,
         replace: bool,
     ) -> Result<()> {
-        let op = Op::Rename { from: from_path, to: to_path, replace };
-        self.observe(op, Step::Rename, to_path, || {
-            if replace {
-                rustix::fs::renameat(dir, from, dir, to).map_err(io::Error::from)
-            } else {
-                rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE).map_err(io::Error::from)
-            }
-        })
+        self.rename_between(dir, from, from_path, dir, to, to_path, replace)
     }
 
     /// Plain `renameat(2)` of `from` in `dir_from` over `to` in `dir_to`,
@@ -174,10 +167,7 @@ impl<'p> Sys<'p> {
         to: &str,
         to_path: &str,
     ) -> Result<()> {
-        let op = Op::Rename { from: from_path, to: to_path, replace: true };
-        self.observe(op, Step::Rename, to_path, || {
-            rustix::fs::renameat(dir_from, from, dir_to, to).map_err(io::Error::from)
-        })
+        self.rename_between(dir_from, from, from_path, dir_to, to, to_path, true)
     }
 
     /// Plain `renameat(2)` of an entry whose name is not UTF-8 to `to` in the
@@ -191,9 +181,30 @@ impl<'p> Sys<'p> {
         to: &str,
         to_path: &str,
     ) -> Result<()> {
-        let op = Op::Rename { from: from_path, to: to_path, replace: true };
+        self.rename_between(dir, from, from_path, dir, to, to_path, true)
+    }
+
+    /// The one observed rename: plain `renameat(2)` when `replace`, else
+    /// `renameat2(RENAME_NOREPLACE)`.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_between(
+        &self,
+        dir_from: BorrowedFd<'_>,
+        from: impl rustix::path::Arg,
+        from_path: &str,
+        dir_to: BorrowedFd<'_>,
+        to: &str,
+        to_path: &str,
+        replace: bool,
+    ) -> Result<()> {
+        let op = Op::Rename { from: from_path, to: to_path, replace };
         self.observe(op, Step::Rename, to_path, || {
-            rustix::fs::renameat(dir, from, dir, to).map_err(io::Error::from)
+            if replace {
+                rustix::fs::renameat(dir_from, from, dir_to, to).map_err(io::Error::from)
+            } else {
+                rustix::fs::renameat_with(dir_from, from, dir_to, to, RenameFlags::NOREPLACE)
+                    .map_err(io::Error::from)
+            }
         })
     }
 
