@@ -46,6 +46,7 @@ pub mod probe;
 pub mod read;
 pub mod recover;
 pub mod remove;
+mod replace_one;
 pub mod report;
 pub mod resolve;
 pub mod sync;
