@@ -42,6 +42,8 @@ pub mod manifest;
 pub mod policy;
 mod request;
 mod state;
+#[cfg(test)]
+mod test_component;
 mod wasi;
 
 pub use crate::services::limits;

@@ -231,6 +231,7 @@ pub fn is_provided(import: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::test_component::component_importing;
 
     fn iface(imports: &[&str], exports: &[&str]) -> Interface {
         Interface {
@@ -287,37 +288,6 @@ mod tests {
     fn the_wit_version_comes_from_the_imports() {
         let i = iface(&["durasync:plugin/fs@0.1.1"], &[]);
         assert_eq!(i.wit_version(), Some("0.1.1"));
-    }
-
-    /// A component with one empty-instance import per name and no exports:
-    /// type section (one empty instance type), then the import section.
-    fn component_importing(names: &[&str]) -> Vec<u8> {
-        let mut imports = leb(names.len());
-        for n in names {
-            imports.push(0x00);
-            imports.extend(leb(n.len()));
-            imports.extend(n.as_bytes());
-            imports.extend([0x05, 0x00]); // instance of type 0
-        }
-        let mut wasm = b"\0asm\x0d\x00\x01\x00".to_vec();
-        wasm.extend([0x07, 0x03, 0x01, 0x42, 0x00]);
-        wasm.push(0x0a);
-        wasm.extend(leb(imports.len()));
-        wasm.extend(imports);
-        wasm
-    }
-
-    fn leb(mut n: usize) -> Vec<u8> {
-        let mut out = Vec::new();
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return out;
-            }
-            out.push(byte | 0x80);
-        }
     }
 
     #[test]
