@@ -99,7 +99,9 @@ pub struct Entry {
 
 /// Why a host call failed: the WIT `error` variants, one for one. Every
 /// variant carries a message for a person. Unless the variant says
-/// otherwise, the failed call changed nothing.
+/// otherwise, the failed call changed nothing it names; a failed `sync` or
+/// `write-file` may leave the missing parent directories it created for its
+/// path (empty but for the lock file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// A path or a name breaks the path rules, or leaves its root.

@@ -122,7 +122,7 @@ fn requests_over_the_limits_are_refused_naming_the_limit() {
     let before = state(&s);
     let small = Options {
         probe: &NoProbe,
-        limits: Limits { max_files: 2, max_bytes: 100 },
+        limits: Limits { max_files: 2, max_bytes: 100, ..Limits::default() },
         threads: 1,
         ..Options::default()
     };

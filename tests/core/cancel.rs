@@ -77,7 +77,7 @@ fn a_passed_deadline_cancels_a_write_and_a_removal_before_they_change_anything()
 }
 
 #[test]
-fn a_cancel_after_the_swap_is_ignored_and_the_change_commits() {
+fn a_cancel_after_the_swap_only_cuts_the_cleanup_short_and_the_change_commits() {
     let s = Scratch::new();
     write_tree(&s.join("target"), &many_files("old", 5, 10, 0), 0o755);
     let flag = AtomicBool::new(false);
@@ -93,7 +93,34 @@ fn a_cancel_after_the_swap_is_ignored_and_the_change_commits() {
     assert!(flag.load(Ordering::SeqCst), "the flag was set at the swap");
     assert_eq!(r.outcome, Outcome::Replaced);
     assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
-    assert!(leftovers(s.path()).is_empty(), "the old tree was still removed");
+    // The old tree's removal is off the durability path: at the deadline it
+    // stops, and what is left is an ordinary leftover.
+    assert_eq!(leftovers(s.path()).len(), 1, "the old tree is left for recovery");
+    durable::recover(s.fd(), &Options::default()).unwrap();
+    assert!(leftovers(s.path()).is_empty());
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
+}
+
+#[test]
+fn a_removal_cancelled_after_its_commit_succeeds_and_leaves_the_rest_to_recovery() {
+    let s = Scratch::new();
+    write_tree(&s.join("d"), &many_files("f", 2000, 10, 0), 0o755);
+    let flag = AtomicBool::new(false);
+    // Set once the commit fsync returned and 100 files of the trash are gone.
+    let probe = SetFlagAfter {
+        flag: &flag,
+        pred: |k: &Key| k.kind == "unlink",
+        after: 100,
+        seen: AtomicUsize::new(0),
+    };
+    let o = Options { probe: &probe, cancel: Cancel::on(&flag), ..Options::default() };
+    let report = durable::remove(s.fd(), "d", &o).unwrap().expect("it was there");
+    assert!(flag.load(Ordering::SeqCst));
+    assert!(!s.join("d").exists(), "the removal committed");
+    assert!(report.removed < 2000, "the cleanup stopped early: {}", report.removed);
+    assert_eq!(leftovers(s.path()).len(), 1, "the rest of the trash is a leftover");
+    durable::recover(s.fd(), &Options::default()).unwrap();
+    assert!(leftovers(s.path()).is_empty());
 }
 
 #[test]

@@ -195,3 +195,38 @@ fn one_changed_file_replaces_just_that_file_and_an_empty_directory_in_its_place_
     assert_eq!(snapshot(&s.join("target")), expected(&with_b, 0o750));
     assert!(leftovers(s.path()).is_empty());
 }
+
+#[test]
+fn a_file_the_kernel_refuses_to_link_is_written_afresh_and_the_sync_succeeds() {
+    // EXDEV: a mount inside the target; EPERM: an immutable or append-only
+    // file; EMLINK: a file at its link limit. Each refusal of one carry must
+    // cost a rewrite of that file, never the sync.
+    for errno in [rustix::io::Errno::XDEV, rustix::io::Errno::PERM, rustix::io::Errno::MLINK] {
+        let s = Scratch::new();
+        write_tree(&s.join("target"), &old_tree(), 0o755);
+        let before = inodes(&s.join("target"));
+        let probe = FailWhen::new(errno, |k: &Key| k.kind == "link" && k.path.starts_with("target/same"));
+        let options = durable::Options { probe: &probe, ..durable::Options::default() };
+        let r = durable::sync_dir(s.fd(), "target", &new_tree(), &options)
+            .unwrap_or_else(|e| panic!("{errno:?}: {e}"));
+        assert_eq!(probe.hits(), 1, "{errno:?}: the link was refused once");
+        assert_eq!(r.outcome, Outcome::Replaced);
+        assert_eq!(snapshot(&s.join("target")), expected(&new_tree(), 0o755), "{errno:?}");
+        let after = inodes(&s.join("target"));
+        assert_ne!(after["same"].0, before["same"].0, "{errno:?}: the refused file is a fresh inode");
+        assert_eq!(after["sub/deep"].0, before["sub/deep"].0, "{errno:?}: the others are still carried");
+        assert!(leftovers(s.path()).is_empty());
+    }
+}
+
+#[test]
+fn a_link_that_fails_for_another_reason_still_fails_the_sync_and_changes_nothing() {
+    let s = Scratch::new();
+    write_tree(&s.join("target"), &old_tree(), 0o755);
+    let probe = FailWhen::new(rustix::io::Errno::IO, |k: &Key| k.kind == "link");
+    let options = durable::Options { probe: &probe, ..durable::Options::default() };
+    durable::sync_dir(s.fd(), "target", &new_tree(), &options).unwrap_err();
+    assert!(probe.hits() >= 1);
+    assert_eq!(snapshot(&s.join("target")), expected(&old_tree(), 0o755));
+    assert!(leftovers(s.path()).is_empty());
+}

@@ -198,3 +198,64 @@ fn a_plugin_error_or_trap_shows_the_reason_then_the_guest_stderr_then_the_backtr
     let frames = stderr[backtrace..].lines().count();
     assert!(frames <= 2 + 12 + 1, "the backtrace is trimmed: {frames} lines\n{stderr}");
 }
+
+/// A 64 GiB sparse file costs nothing on disk and claims 64 GiB in `fstat`.
+fn sparse_file(fx: &Fixture) -> PathBuf {
+    let path = fx.path("data/sparse");
+    std::fs::File::create(&path).unwrap().set_len(64 << 30).unwrap();
+    path
+}
+
+#[test]
+fn reading_a_huge_sparse_file_is_a_limit_error_and_never_aborts_the_host() {
+    let fx = Fixture::new("hostile", "ro", "");
+    sparse_file(&fx);
+    let out = fx.run("read-sparse", &[], "warn");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    // Before: "memory allocation of 68719476736 bytes failed", signal 6.
+    assert_eq!(out.status.code(), Some(PLUGIN_ERROR), "stdout {stdout}\nstderr {stderr}");
+    assert!(stderr.contains("read-file sparse: Error::Limit("), "{stderr}");
+    assert!(
+        stderr.contains(
+            "sparse: bytes in one read: 68719476736 is over the limit of 16777216 (limits.read_bytes)"
+        ),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("ESCAPED") && !stderr.contains("ESCAPED"), "{stdout}{stderr}");
+}
+
+#[test]
+fn the_read_limit_follows_the_manifest_and_never_exceeds_half_the_guest_memory() {
+    let fx = Fixture::new("hostile", "ro", "read_bytes = 1_000_000_000\nmemory_bytes = 8_388_608");
+    sparse_file(&fx);
+    let out = fx.run("read-sparse", &[], "warn");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(PLUGIN_ERROR), "{stderr}");
+    assert!(stderr.contains("is over the limit of 4194304 (limits.read_bytes)"), "{stderr}");
+}
+
+#[test]
+fn a_dry_run_write_over_a_huge_sparse_file_compares_without_reading_it() {
+    let fx = Fixture::new("hostile", "rw", "");
+    let sparse = sparse_file(&fx);
+    let out = fx.run("write-over-sparse", &["--dry-run"], "warn");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(OK), "stdout {stdout}\nstderr {stderr}");
+    assert!(stdout.contains("write-file sparse: Report { outcome: Outcome::Replaced"), "{stdout}");
+    assert_eq!(std::fs::metadata(sparse).unwrap().len(), 64 << 30, "a dry run changed the file");
+}
+
+#[test]
+fn listing_a_directory_of_more_than_the_entry_limit_is_a_limit_error() {
+    let fx = Fixture::new("hostile", "ro", "");
+    let many = fx.path("data/many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..=durasync::services::limits::MAX_LIST_ENTRIES {
+        std::fs::File::create(many.join(i.to_string())).unwrap();
+    }
+    let out = fx.run("list-many", &[], "warn");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(PLUGIN_ERROR), "stdout {stdout}\nstderr {stderr}");
+    assert!(stderr.contains("list-dir many: Error::Limit("), "{stderr}");
+    assert!(stderr.contains("entries in one listing: 100001 is over the limit of 100000"), "{stderr}");
+}

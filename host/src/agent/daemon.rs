@@ -1,11 +1,14 @@
 //! The agent's loop: one thread owns every instance's state and decides
-//! when each runs; runs happen on threads of their own and report back
-//! through the same channel as inotify and signals.
+//! when each runs. It never does slow work itself: loading manifests
+//! (compiling a component can take tens of seconds) and runs happen on
+//! threads of their own and report back through the same bounded channel
+//! as inotify and signals. So the loop always turns: it pings systemd's
+//! watchdog and beats the heart `/healthz` reads, whatever the plugins do.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -17,27 +20,54 @@ use super::instance::{Instance, Trigger};
 use super::metrics::Metrics;
 use super::notify::Notifier;
 use super::watch::{Change, Watcher};
-use super::{Error, Options, RunReport, load, log_report, run_instance, spawn_traced};
+use super::{Error, Loaded, Options, RunReport, load, log_report, run_instance, spawn_traced};
 use crate::runtime::Runtime;
 
 /// How long the config directory must be quiet before a reload: an editor
 /// or `cp` writes a manifest in several steps.
 const CONFIG_SETTLE: Duration = Duration::from_millis(50);
 
-enum Event {
+/// Most events waiting for the loop. A sender blocks while the queue is
+/// full: a run's or the loader's thread for a moment, the inotify reader
+/// until the loop catches up (meanwhile the kernel's own queue fills and
+/// overflows, and an overflow resyncs every instance). Memory stays bounded
+/// whatever the rate of file-system events.
+const EVENT_QUEUE: usize = 1024;
+
+/// The loop wakes at least this often, to beat the heart `/healthz` reads.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// One manifest load: the file, the text read (if any), the result.
+pub(super) type Attempt = (PathBuf, Option<String>, Result<Loaded, Error>);
+
+/// What the loader thread hands back: every manifest it was asked for.
+pub(super) struct LoadBatch {
+    /// A SIGHUP reload (every manifest, `Trigger::Reload`).
+    pub(super) force: bool,
+    /// The first load at start (duplicate names are fatal then).
+    pub(super) initial: bool,
+    pub(super) attempts: Vec<Attempt>,
+}
+
+pub(super) enum Event {
     Watch(Change),
     Signal(i32),
     Done { file: PathBuf, report: RunReport },
+    Loaded(LoadBatch),
 }
 
 pub(super) struct Daemon {
     pub(super) opts: Options,
-    pub(super) runtime: Runtime,
+    pub(super) runtime: Arc<Runtime>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) health: Arc<Health>,
     pub(super) notifier: Notifier,
     pub(super) watcher: Watcher,
-    tx: Sender<Event>,
+    pub(super) tx: SyncSender<Event>,
+    /// A load batch is on the loader thread.
+    pub(super) loading: bool,
+    /// A reload asked for while a batch was loading (`true`: forced).
+    pub(super) reload_queued: Option<bool>,
     pub(super) instances: BTreeMap<PathBuf, Instance>,
     /// When a quiet config directory should be reloaded.
     reload_at: Option<Instant>,
@@ -50,7 +80,7 @@ pub(super) struct Daemon {
 /// Run the agent until SIGTERM or SIGINT. Returns after in-flight runs
 /// finished (or the grace period ended, which is an error naming them).
 pub fn run(opts: &Options) -> Result<(), Error> {
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE);
     // Signals first: a SIGTERM during start-up must not kill the process
     // between two durable steps of a first run.
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM, SIGINT])
@@ -76,48 +106,106 @@ pub fn run(opts: &Options) -> Result<(), Error> {
     // Watch before listing: a manifest written while the others load is seen.
     watcher.set(&BTreeSet::from([opts.config_dir.clone()]));
     let files = config::manifest_files(&opts.config_dir)?;
-    let runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
+    let runtime = Arc::new(Runtime::new(&opts.cache).map_err(Error::Runtime)?);
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
-    let mut d = Daemon {
-        opts: opts.clone(),
-        runtime,
-        metrics: metrics.clone(),
-        health: health.clone(),
-        notifier: Notifier::from_env(),
-        watcher,
-        tx,
-        instances: BTreeMap::new(),
-        reload_at: None,
-        ready_sent: false,
-        watches_incomplete: false,
-    };
-    d.start(files)?;
+    // Served from the start: `/healthz` answers while the first manifests
+    // compile, and `/readyz` says which are still loading.
     let _server = match &opts.metrics_addr {
         Some(addr) => {
-            let server = MetricsServer::start(addr, metrics, health)?;
+            let server = MetricsServer::start(addr, metrics.clone(), health.clone())?;
             tracing::info!("serving /metrics, /healthz and /readyz on http://{}", server.addr);
             Some(server)
         }
         None => None,
     };
+    let mut d = Daemon {
+        opts: opts.clone(),
+        runtime,
+        metrics,
+        health,
+        notifier: Notifier::from_env(),
+        watcher,
+        tx,
+        loading: false,
+        reload_queued: None,
+        instances: BTreeMap::new(),
+        reload_at: None,
+        ready_sent: false,
+        watches_incomplete: false,
+    };
+    d.start(files);
     d.run(rx)
 }
 
 impl Daemon {
-    /// Load every manifest; duplicate names are fatal at start. A manifest
-    /// that does not load is reported and retried when it changes.
-    fn start(&mut self, files: Vec<PathBuf>) -> Result<(), Error> {
-        let mut loaded = Vec::new();
-        for file in files {
-            let mut inst = Instance::new(file.clone());
-            let (text, result) = load(&self.runtime, &file);
+    /// Every manifest starts "loading"; the loader thread loads them all.
+    fn start(&mut self, files: Vec<PathBuf>) {
+        for file in &files {
+            let mut inst = self.new_instance(file.clone());
+            inst.loading = true;
+            self.instances.insert(file.clone(), inst);
+        }
+        self.refresh();
+        self.dispatch_load(files, false, true);
+    }
+
+    /// An instance for `file`, not loaded yet, with its own log rate limit.
+    pub(super) fn new_instance(&self, file: PathBuf) -> Instance {
+        Instance::new(file, &self.opts)
+    }
+
+    /// Load `files` on a thread of their own; the loop gets an
+    /// [`Event::Loaded`] with every result.
+    pub(super) fn dispatch_load(&mut self, files: Vec<PathBuf>, force: bool, initial: bool) {
+        let runtime = self.runtime.clone();
+        let tx = self.tx.clone();
+        let spawned = spawn_traced("load".into(), move || {
+            let attempts = files
+                .into_iter()
+                .map(|file| {
+                    let (text, result) = load(&runtime, &file);
+                    (file, text, result)
+                })
+                .collect();
+            let _ = tx.send(Event::Loaded(LoadBatch { force, initial, attempts }));
+        });
+        match spawned {
+            Ok(_) => self.loading = true,
+            Err(e) => {
+                // Tried again shortly, through the reload path.
+                tracing::error!("cannot start a thread to load manifests: {e}; retrying in 1 s");
+                self.reload_at = Some(Instant::now() + Duration::from_secs(1));
+                if initial {
+                    self.reload_queued = Some(false);
+                }
+            }
+        }
+    }
+
+    /// The first batch: like any reload, except that two manifests with the
+    /// same name stop the agent (exit 12), as a bad start must be loud.
+    fn apply_initial(&mut self, batch: LoadBatch) -> Result<(), Error> {
+        let names = batch.attempts.iter().filter_map(|(file, _, r)| {
+            r.as_ref().ok().map(|l| (file.as_path(), l.spec.manifest.name.as_str()))
+        });
+        if let Some((name, files)) = config::duplicate_names(names).into_iter().next() {
+            return Err(Error::DuplicateName { name, files });
+        }
+        let now = Instant::now();
+        for (file, text, result) in batch.attempts {
+            let mut inst = self.instances.remove(&file).unwrap_or_else(|| self.new_instance(file.clone()));
             inst.attempted = text;
+            inst.loading = false;
             match result {
                 Ok(l) => {
                     inst.label = l.spec.manifest.name.clone();
+                    self.metrics.loaded(&inst.label, &l.plugin.sha256, None);
+                    tracing::info!(instance = %inst.label, file = %file.display(), sha256 = %l.plugin.sha256, "loaded");
                     inst.loaded = Some(Arc::new(l));
-                    inst.due = Some((Instant::now(), Trigger::Start));
+                    // Spread the first runs: a fleet of agents restarted at
+                    // once must not hit its inputs' servers at one instant.
+                    inst.due = Some((now + jitter(self.opts.start_jitter), Trigger::Start));
                 }
                 Err(e) => {
                     tracing::error!(instance = %inst.label, file = %file.display(), "not loaded: {e}");
@@ -125,19 +213,7 @@ impl Daemon {
                     inst.load_error = Some(e.to_string());
                 }
             }
-            loaded.push(inst);
-        }
-        let names =
-            loaded.iter().filter(|i| i.loaded.is_some()).map(|i| (i.file.as_path(), i.label.as_str()));
-        if let Some((name, files)) = config::duplicate_names(names).into_iter().next() {
-            return Err(Error::DuplicateName { name, files });
-        }
-        for inst in loaded {
-            if let Some(l) = &inst.loaded {
-                self.metrics.loaded(&inst.label, &l.plugin.sha256, None);
-                tracing::info!(instance = %inst.label, file = %inst.file.display(), sha256 = %l.plugin.sha256, "loaded");
-            }
-            self.instances.insert(inst.file.clone(), inst);
+            self.instances.insert(file, inst);
         }
         tracing::info!(
             "agent started: {} of {} manifests in {} loaded",
@@ -154,6 +230,7 @@ impl Daemon {
         let mut shutdown: Option<Instant> = None;
         loop {
             let now = Instant::now();
+            self.health.beat();
             self.notifier.ping_if_due(now);
             if shutdown.is_none() {
                 if self.reload_at.is_some_and(|at| at <= now) {
@@ -186,6 +263,19 @@ impl Daemon {
             };
             match event {
                 Event::Done { file, report } => self.finished(&file, report),
+                Event::Loaded(batch) => {
+                    self.loading = false;
+                    if batch.initial {
+                        self.apply_initial(batch)?;
+                    } else {
+                        self.apply_loaded(batch);
+                    }
+                    if let Some(force) = self.reload_queued.take()
+                        && shutdown.is_none()
+                    {
+                        self.reload(force);
+                    }
+                }
                 Event::Watch(change) => self.changed(change),
                 Event::Signal(SIGHUP) if shutdown.is_none() => {
                     tracing::info!("SIGHUP: reloading every manifest");
@@ -208,21 +298,25 @@ impl Daemon {
         }
     }
 
-    /// The earliest of: a due run, a pending reload, a watchdog ping, the
-    /// end of the grace period.
+    /// The earliest of: a due run (while a run may start), a pending
+    /// reload, a watchdog ping, the next heartbeat, the end of the grace
+    /// period.
     fn next_wake(&self, shutdown: Option<Instant>) -> Option<Instant> {
-        let mut wake = self.notifier.next_ping();
+        let mut wake = Some(Instant::now() + HEARTBEAT);
+        let ping = self.notifier.next_ping();
+        let may_start = self.running() < self.opts.max_runs;
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
                 wake = Some(wake.map_or(t, |w| w.min(t)));
             }
         };
+        consider(ping);
         match shutdown {
             Some(deadline) => consider(Some(deadline)),
             None => {
                 consider(self.reload_at);
                 for inst in self.instances.values() {
-                    if !inst.running && inst.loaded.is_some() {
+                    if may_start && !inst.running && inst.loaded.is_some() {
                         consider(inst.due.map(|(t, _)| t));
                     }
                 }
@@ -231,15 +325,27 @@ impl Daemon {
         wake
     }
 
-    /// Start every loaded, idle instance whose time has come.
+    /// How many runs are in flight.
+    fn running(&self) -> usize {
+        self.instances.values().filter(|i| i.running).count()
+    }
+
+    /// Start loaded, idle instances whose time has come, earliest first, as
+    /// long as fewer than `max_runs` runs are in flight; the others wait
+    /// for a run to finish.
     fn start_due(&mut self, now: Instant) {
-        let due: Vec<PathBuf> = self
+        let free = self.opts.max_runs.saturating_sub(self.running());
+        if free == 0 {
+            return;
+        }
+        let mut due: Vec<(Instant, PathBuf)> = self
             .instances
             .values()
-            .filter(|i| !i.running && i.loaded.is_some() && i.due.is_some_and(|(t, _)| t <= now))
-            .map(|i| i.file.clone())
+            .filter(|i| !i.running && i.loaded.is_some())
+            .filter_map(|i| i.due.filter(|(t, _)| *t <= now).map(|(t, _)| (t, i.file.clone())))
             .collect();
-        for file in due {
+        due.sort();
+        for (_, file) in due.into_iter().take(free) {
             self.start_run(&file);
         }
     }
@@ -252,11 +358,12 @@ impl Daemon {
         let tx = self.tx.clone();
         let file_owned = file.to_path_buf();
         let name = loaded.spec.manifest.name.clone();
+        let log_rate = inst.log_rate.clone();
         let spawned = spawn_traced(format!("run {name}"), move || {
             let span = tracing::info_span!("run", instance = %name);
             let _enter = span.enter();
             tracing::debug!(trigger = trigger.label(), "run started");
-            let report = run_instance(&loaded);
+            let report = run_instance(&loaded, Some(log_rate));
             log_report(&report);
             // The loop may be gone at shutdown after the grace period.
             let _ = tx.send(Event::Done { file: file_owned, report });
@@ -277,6 +384,14 @@ impl Daemon {
         let Some(inst) = self.instances.get_mut(file) else { return };
         inst.running = false;
         inst.runs += 1;
+        let (dropped, dropped_bytes) = inst.log_rate.take_dropped();
+        if dropped > 0 {
+            tracing::warn!(
+                instance = %inst.label,
+                "{dropped} log messages ({dropped_bytes} bytes) were dropped over the instance's log rate limit"
+            );
+        }
+        self.metrics.log_dropped(&inst.label, dropped);
         self.metrics.run_finished(
             &report.instance,
             report.result,
@@ -380,5 +495,32 @@ impl Daemon {
             tracing::debug!(instance = %inst.label, "{} changed", trigger.label());
             inst.due = Some((Instant::now(), trigger));
         }
+    }
+}
+
+/// A random delay in `[0, max)`, from the kernel's random source.
+fn jitter(max: Duration) -> Duration {
+    let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return Duration::ZERO;
+    }
+    let mut bytes = [0u8; 8];
+    match rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()) {
+        Ok(8) => Duration::from_nanos(u64::from_ne_bytes(bytes) % nanos),
+        _ => Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_below_its_bound_and_is_zero_for_zero() {
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+        let max = Duration::from_millis(10);
+        let draws: Vec<Duration> = (0..100).map(|_| jitter(max)).collect();
+        assert!(draws.iter().all(|d| *d < max));
+        assert!(draws.iter().any(|d| *d != draws[0]), "random, not constant");
     }
 }

@@ -1,8 +1,11 @@
 //! What `/readyz` answers: every instance loaded and its last run a
 //! success, or a list of the instances that are not, each with its problem.
+//! And what `/healthz` answers: whether the agent's loop is turning.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -21,14 +24,58 @@ pub struct InstanceHealth {
     pub problem: Option<String>,
 }
 
+/// How long the agent's loop may go without turning before `/healthz`
+/// fails. The loop wakes at least once a second and does no slow work
+/// itself (loads and runs have threads of their own), so twenty seconds
+/// without a turn means it is stuck, not busy; a liveness probe (or
+/// systemd's watchdog, pinged from the same loop) then restarts the agent.
+pub const LOOP_STALL: Duration = Duration::from_secs(20);
+
 /// The shared readiness state, replaced by the agent's loop after every
-/// change and read by the HTTP server.
-#[derive(Debug, Default)]
+/// change and read by the HTTP server, and the loop's heartbeat.
+#[derive(Debug)]
 pub struct Health {
     instances: Mutex<Vec<InstanceHealth>>,
+    /// When this state was made; beats are counted from it.
+    born: Instant,
+    /// Milliseconds from `born` to the loop's last turn.
+    beat_ms: AtomicU64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health { instances: Mutex::default(), born: Instant::now(), beat_ms: AtomicU64::new(0) }
+    }
 }
 
 impl Health {
+    /// The loop turned: called at the top of every turn.
+    pub fn beat(&self) {
+        self.beat_at(Instant::now());
+    }
+
+    fn beat_at(&self, now: Instant) {
+        let ms = u64::try_from(now.saturating_duration_since(self.born).as_millis()).unwrap_or(u64::MAX);
+        self.beat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Whether the loop turned within `stall` of `now`, and the body of
+    /// `/healthz`.
+    pub fn liveness_at(&self, now: Instant, stall: Duration) -> (bool, String) {
+        let last = self.born + Duration::from_millis(self.beat_ms.load(Ordering::Relaxed));
+        let quiet = now.saturating_duration_since(last);
+        if quiet <= stall {
+            (true, "ok\n".to_owned())
+        } else {
+            (false, format!("stalled: the agent's loop has not turned for {:.1} s\n", quiet.as_secs_f64()))
+        }
+    }
+
+    /// [`Health::liveness_at`] now, with [`LOOP_STALL`].
+    pub fn liveness(&self) -> (bool, String) {
+        self.liveness_at(Instant::now(), LOOP_STALL)
+    }
+
     /// Replace the snapshot.
     pub fn set(&self, instances: Vec<InstanceHealth>) {
         *self.instances.lock().unwrap_or_else(|p| p.into_inner()) = instances;
@@ -60,6 +107,20 @@ mod tests {
             failures: 0,
             problem: problem.map(Into::into),
         }
+    }
+
+    #[test]
+    fn healthz_fails_once_the_loop_has_not_turned_for_longer_than_the_stall_limit() {
+        let h = Health::default();
+        let t0 = h.born;
+        h.beat_at(t0 + Duration::from_secs(5));
+        assert!(h.liveness_at(t0 + Duration::from_secs(6), Duration::from_secs(20)).0);
+        assert!(h.liveness_at(t0 + Duration::from_secs(25), Duration::from_secs(20)).0);
+        let (alive, body) = h.liveness_at(t0 + Duration::from_secs(26), Duration::from_secs(20));
+        assert!(!alive);
+        assert!(body.starts_with("stalled: the agent's loop has not turned for 21.0 s"), "{body}");
+        h.beat_at(t0 + Duration::from_secs(26));
+        assert!(h.liveness_at(t0 + Duration::from_secs(26), Duration::from_secs(20)).0);
     }
 
     #[test]

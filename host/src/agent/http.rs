@@ -40,8 +40,12 @@ impl MetricsServer {
                     match path.as_str() {
                         "/metrics" => Response::from_string(metrics.encode())
                             .with_header(header("Content-Type", metrics::CONTENT_TYPE)),
-                        "/healthz" => Response::from_string("ok\n")
-                            .with_header(header("Content-Type", "text/plain; charset=utf-8")),
+                        "/healthz" => {
+                            let (alive, body) = health.liveness();
+                            Response::from_string(body)
+                                .with_status_code(if alive { 200 } else { 503 })
+                                .with_header(header("Content-Type", "text/plain; charset=utf-8"))
+                        }
                         "/readyz" => {
                             let (ready, body) = health.readiness();
                             Response::from_string(body + "\n")

@@ -15,8 +15,12 @@ use super::config::Input;
 /// large is a misconfiguration, and the limit keeps one instance from
 /// holding arbitrary memory.
 pub const MAX_INPUT_BYTES: u64 = 64 << 20;
-/// How much of a failing command's standard error goes into the message.
-pub const MAX_STDERR_BYTES: u64 = 4096;
+/// How much of a failing command's standard error goes into the message:
+/// this many bytes of its start and as many of its end. The rest is read
+/// and dropped (never left in the pipe: a command that writes more than a
+/// pipe holds to standard error would block, or die of SIGPIPE once the
+/// reader stopped).
+pub const MAX_STDERR_BYTES: usize = 2048;
 
 /// Why no input could be had (the run is skipped).
 #[derive(Debug, thiserror::Error)]
@@ -108,8 +112,7 @@ fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, InputError
         let _ = out_tx.send((true, r));
     });
     std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let r = stderr.take(MAX_STDERR_BYTES).read_to_end(&mut buf).map(|_| buf);
+        let r = drain_head_tail(stderr, MAX_STDERR_BYTES);
         let _ = tx.send((false, r));
     });
     let kill_group = |child: &mut std::process::Child| {
@@ -167,6 +170,41 @@ fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, InputError
     Ok(stdout)
 }
 
+/// Read `from` to its end, keeping its first `keep` bytes and its last
+/// `keep` bytes; what lies between is replaced by a note of its size.
+/// Memory stays bounded by `2 * keep` plus one read buffer whatever the
+/// writer sends.
+fn drain_head_tail(mut from: impl Read, keep: usize) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(keep);
+    let mut tail = std::collections::VecDeque::with_capacity(keep);
+    let mut dropped = 0u64;
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let mut chunk = &buf[..n];
+        let to_head = chunk.len().min(keep - head.len());
+        head.extend_from_slice(&chunk[..to_head]);
+        chunk = &chunk[to_head..];
+        for &b in chunk {
+            if tail.len() == keep {
+                tail.pop_front();
+                dropped += 1;
+            }
+            tail.push_back(b);
+        }
+    }
+    if dropped > 0 {
+        head.extend_from_slice(format!(" [... {dropped} bytes ...] ").as_bytes());
+    }
+    head.extend(tail);
+    Ok(head)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +233,30 @@ mod tests {
         let e = read(&cmd(&["sh", "-c", "sleep 30 & sleep 30"], 200)).unwrap_err();
         assert!(matches!(e, InputError::Timeout { ms: 200, .. }), "{e}");
         assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn a_command_that_floods_stderr_runs_to_its_end_and_its_message_keeps_head_and_tail() {
+        // 200 lines of warnings (about 20 KiB, more than a pipe holds past
+        // the first read), then the real output: the command must not die
+        // of SIGPIPE.
+        let script = "i=0; while [ $i -lt 200 ]; do echo \"W$i: deprecated API version, use v2 instead of v1\" >&2; \
+                      i=$((i+1)); done; printf ok";
+        assert_eq!(read(&cmd(&["sh", "-c", script], 30_000)).unwrap(), b"ok");
+        let failing = format!("{script}; echo last words >&2; exit 7");
+        let e = read(&cmd(&["sh", "-c", &failing], 30_000)).unwrap_err().to_string();
+        assert!(e.starts_with("input command sh exited with status 7: W0: deprecated"), "{e}");
+        assert!(e.ends_with("last words"), "{e}");
+        assert!(e.contains(" bytes ...] "), "{e}");
+        assert!(e.len() < 3 * MAX_STDERR_BYTES, "{}", e.len());
+    }
+
+    #[test]
+    fn head_and_tail_keep_everything_when_it_fits() {
+        assert_eq!(drain_head_tail(&b"short"[..], 4).unwrap(), b"short");
+        let long: Vec<u8> = (0..100u8).collect();
+        let kept = drain_head_tail(&long[..], 10).unwrap();
+        assert!(kept.starts_with(&long[..10]) && kept.ends_with(&long[90..]), "{kept:?}");
     }
 
     #[test]

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Loaded;
 use super::config::Input;
 use super::health::InstanceHealth;
+use super::{Loaded, Options};
+use crate::services::LogRate;
 
 /// Why a run started (the `trigger` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,12 +63,20 @@ pub(super) struct Instance {
     pub(super) runs: u64,
     /// The manifest was removed while a run was in flight.
     pub(super) removed: bool,
+    /// Its manifest is being loaded (compiled) on the loader thread; the
+    /// last good version, if any, keeps running meanwhile.
+    pub(super) loading: bool,
+    /// The bound on its plugin's log volume, shared by its runs and kept
+    /// across reloads.
+    pub(super) log_rate: Arc<LogRate>,
 }
 
 impl Instance {
-    pub(super) fn new(file: PathBuf) -> Instance {
+    pub(super) fn new(file: PathBuf, opts: &Options) -> Instance {
         let label = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         Instance {
+            loading: false,
+            log_rate: Arc::new(LogRate::new(opts.log_burst_bytes, opts.log_rate_bytes)),
             file,
             label,
             loaded: None,
@@ -93,6 +102,7 @@ impl Instance {
     pub(super) fn health(&self) -> InstanceHealth {
         let sha256 = self.loaded.as_ref().map(|l| l.plugin.sha256.clone());
         let problem = match (&self.loaded, &self.load_error, &self.last_error) {
+            (None, _, _) if self.loading => Some("loading".to_owned()),
             (None, Some(e), _) => Some(format!("not loaded: {e}")),
             (None, None, _) => Some("not loaded".to_owned()),
             (Some(l), Some(e), _) => Some(format!(

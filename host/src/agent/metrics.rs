@@ -103,6 +103,7 @@ pub struct Metrics {
     triggers: Family<TriggerLabels, Counter>,
     info: Family<InfoLabels, Gauge>,
     reload_failures: Family<InstanceLabel, Counter>,
+    log_dropped: Family<InstanceLabel, Counter>,
     instances: Gauge,
 }
 
@@ -133,6 +134,7 @@ impl Metrics {
             triggers: Family::default(),
             info: Family::default(),
             reload_failures: Family::default(),
+            log_dropped: Family::default(),
             instances: Gauge::default(),
             registry: Registry::default(),
         };
@@ -169,6 +171,11 @@ impl Metrics {
             "reload_failures",
             "Manifest loads that failed (the previous version, if any, kept running)",
             m.reload_failures.clone(),
+        );
+        registry.register(
+            "log_messages_dropped",
+            "Plugin log messages dropped by the instance's log rate limit",
+            m.log_dropped.clone(),
         );
         registry.register("instances", "Instances loaded", m.instances.clone());
         Metrics { registry, ..m }
@@ -230,6 +237,11 @@ impl Metrics {
     /// A manifest failed to load.
     pub fn reload_failed(&self, instance: &str) {
         self.reload_failures.get_or_create(&InstanceLabel { instance: instance.into() }).inc();
+    }
+
+    /// `n` more of an instance's log messages were dropped by its rate limit.
+    pub fn log_dropped(&self, instance: &str, n: u64) {
+        self.log_dropped.get_or_create(&InstanceLabel { instance: instance.into() }).inc_by(n);
     }
 
     /// The number of loaded instances.

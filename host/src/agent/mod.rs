@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::runtime::{self, CacheConfig, ErrorKind, Operation, Plugin, RunRequest, Runtime};
+use crate::services::LogRate;
 
 pub use config::{Input, Schedule, Spec};
 pub use daemon::run;
@@ -56,6 +57,44 @@ pub struct Options {
     pub cache: CacheConfig,
     /// How long in-flight runs may take to finish after SIGTERM/SIGINT.
     pub grace: Duration,
+    /// Most runs in flight at once (each may use up to
+    /// [`MAX_THREADS_PER_RUN`] threads); due instances wait for a free slot.
+    pub max_runs: usize,
+    /// The first runs at start are spread over `[0, start_jitter)`.
+    pub start_jitter: Duration,
+    /// Each instance's plugin may log this many bytes at once ([`LogRate`]).
+    pub log_burst_bytes: u64,
+    /// … and this many bytes a second on average.
+    pub log_rate_bytes: u64,
+}
+
+/// The default of [`Options::max_runs`]: enough to keep a small node's cores
+/// busy while one run waits on its disk, few enough that a burst of
+/// triggers (start, an inotify overflow) cannot start every instance at
+/// once.
+pub const DEFAULT_MAX_RUNS: usize = 4;
+
+/// The most threads one run may use: its own, the deadline watchdog, the
+/// core's writers ([`crate::durable::DEFAULT_THREADS`]) or its removers (as
+/// many), its comparers (4) and an input command's two pipe readers. With
+/// [`Options::max_runs`] runs in flight the agent's threads are bounded by
+/// `max_runs` times this, plus a handful of its own.
+pub const MAX_THREADS_PER_RUN: usize = 2 + crate::durable::DEFAULT_THREADS + 4 + 2;
+
+impl Options {
+    /// Options for `config_dir` with every other setting at its default.
+    pub fn new(config_dir: PathBuf) -> Options {
+        Options {
+            config_dir,
+            metrics_addr: None,
+            cache: CacheConfig::Default,
+            grace: Duration::from_secs(30),
+            max_runs: DEFAULT_MAX_RUNS,
+            start_jitter: Duration::from_secs(1),
+            log_burst_bytes: crate::services::log_rate::DEFAULT_LOG_BURST_BYTES,
+            log_rate_bytes: crate::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC,
+        }
+    }
 }
 
 /// Everything the agent can fail with as a whole (one instance's failures
@@ -209,8 +248,9 @@ impl RunReport {
 }
 
 /// One run of a loaded instance: read its input, open its roots, call the
-/// plugin in a fresh store. Logs under the caller's span.
-pub fn run_instance(loaded: &Loaded) -> RunReport {
+/// plugin in a fresh store, its log volume also bounded by `log_rate`.
+/// Logs under the caller's span.
+pub fn run_instance(loaded: &Loaded, log_rate: Option<Arc<LogRate>>) -> RunReport {
     let start = Instant::now();
     let name = loaded.spec.manifest.name.clone();
     let report = |result, message: String, operations: Vec<Operation>| RunReport {
@@ -224,10 +264,11 @@ pub fn run_instance(loaded: &Loaded) -> RunReport {
         Ok(b) => b,
         Err(e) => return report(RunResult::InputError, format!("run skipped: {e}"), Vec::new()),
     };
-    let request = match RunRequest::from_manifest(&loaded.spec.manifest, bytes, false) {
+    let mut request = match RunRequest::from_manifest(&loaded.spec.manifest, bytes, false) {
         Ok(r) => r,
         Err(e) => return report(result_of(&e), e.to_string(), Vec::new()),
     };
+    request.log_rate = log_rate;
     match loaded.plugin.run(&request) {
         Ok(outcome) => report(RunResult::Ok, outcome.result, outcome.operations),
         Err(e) => report(result_of(&e), e.to_string(), e.operations().to_vec()),
@@ -323,30 +364,48 @@ pub fn run_once(opts: &Options) -> Result<Vec<OnceSummary>, Error> {
         loaded.push((file, result));
     }
     check_duplicates(loaded.iter().filter_map(|(f, l)| l.as_ref().ok().map(|l| (f.as_path(), l))))?;
-    let handles: Vec<_> = loaded
-        .into_iter()
-        .map(|(file, l)| {
-            let handle = l.map(|l| {
-                spawn_traced(format!("run {}", l.spec.manifest.name), move || {
-                    let span = tracing::info_span!("run", instance = %l.spec.manifest.name);
-                    let _enter = span.enter();
-                    let report = run_instance(&l);
-                    log_report(&report);
-                    report
+    // At most `max_runs` at once: a pool of that many threads takes the
+    // instances in file order.
+    let jobs: Vec<(usize, Arc<Loaded>)> =
+        loaded.iter().enumerate().filter_map(|(i, (_, l))| l.as_ref().ok().map(|l| (i, l.clone()))).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let reports: std::sync::Mutex<Vec<Option<Result<RunReport, String>>>> =
+        std::sync::Mutex::new((0..loaded.len()).map(|_| None).collect());
+    let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+    std::thread::scope(|scope| {
+        for _ in 0..opts.max_runs.clamp(1, jobs.len().max(1)) {
+            scope.spawn(|| {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    loop {
+                        let Some((i, l)) = jobs.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                        else {
+                            return;
+                        };
+                        let span = tracing::info_span!("run", instance = %l.spec.manifest.name);
+                        let _enter = span.enter();
+                        let rate = Arc::new(LogRate::new(opts.log_burst_bytes, opts.log_rate_bytes));
+                        let run = std::panic::AssertUnwindSafe(|| run_instance(l, Some(rate)));
+                        let outcome = std::panic::catch_unwind(run)
+                            .map_err(|_| "the run's thread panicked".to_owned())
+                            .inspect(log_report);
+                        reports.lock().unwrap_or_else(|p| p.into_inner())[*i] = Some(outcome);
+                    }
                 })
             });
-            (file, handle)
+        }
+    });
+    let mut reports = reports.into_inner().unwrap_or_else(|p| p.into_inner());
+    let out = loaded
+        .into_iter()
+        .enumerate()
+        .map(|(i, (file, l))| {
+            let outcome = match l {
+                Ok(_) => reports[i].take().unwrap_or_else(|| Err("the run's thread panicked".to_owned())),
+                Err(e) => Err(e),
+            };
+            OnceSummary { file, outcome }
         })
         .collect();
-    let mut out = Vec::new();
-    for (file, handle) in handles {
-        let outcome = match handle {
-            Ok(Ok(h)) => h.join().map_err(|_| "the run's thread panicked".to_owned()),
-            Ok(Err(e)) => Err(format!("starting a thread: {e}")),
-            Err(e) => Err(e),
-        };
-        out.push(OnceSummary { file, outcome });
-    }
     Ok(out)
 }
 

@@ -8,16 +8,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::daemon::Daemon;
+use super::daemon::{Daemon, LoadBatch};
 use super::health::InstanceHealth;
 use super::instance::{Instance, Trigger};
-use super::{Error, Loaded, config, load};
+use super::{Error, config};
 
 impl Daemon {
-    /// Re-read the config directory. Changed manifests are reloaded (every
-    /// one when `force`); a failed reload keeps the previous version; a
-    /// removed manifest stops its instance after any in-flight run.
+    /// Re-read the config directory. Changed manifests are loaded again
+    /// (every one when `force`) on the loader thread, and applied when they
+    /// are back ([`Daemon::apply_loaded`]); a removed manifest stops its
+    /// instance after any in-flight run. While a batch is loading, the
+    /// reload waits for it (and then sees every change made meanwhile).
     pub(super) fn reload(&mut self, force: bool) {
+        if self.loading {
+            self.reload_queued = Some(self.reload_queued.unwrap_or(false) || force);
+            return;
+        }
         let files = match config::manifest_files(&self.opts.config_dir) {
             Ok(f) => f,
             Err(e) => {
@@ -43,7 +49,7 @@ impl Daemon {
             }
         }
         // Load what changed.
-        let mut attempts: Vec<(PathBuf, Option<String>, Result<Loaded, Error>)> = Vec::new();
+        let mut changed = Vec::new();
         for file in files {
             // A manifest removed and put back while its last run was in
             // flight is loaded again, whatever its text.
@@ -52,9 +58,24 @@ impl Daemon {
             if !force && text.is_some() && text == previous {
                 continue;
             }
-            let (text, result) = load(&self.runtime, &file);
-            attempts.push((file, text, result));
+            let inst = match self.instances.remove(&file) {
+                Some(inst) => inst,
+                None => self.new_instance(file.clone()),
+            };
+            self.instances.insert(file.clone(), Instance { loading: true, ..inst });
+            changed.push(file);
         }
+        if !changed.is_empty() {
+            self.dispatch_load(changed, force, false);
+        }
+        self.sync_watches();
+        self.refresh();
+    }
+
+    /// Apply a batch of reloaded manifests: a failure keeps the previous
+    /// version; names stay unique.
+    pub(super) fn apply_loaded(&mut self, batch: LoadBatch) {
+        let LoadBatch { force, attempts, .. } = batch;
         // Names must stay unique: a name held by another file that keeps
         // its version, or wanted by two changed files, is refused.
         let mut wanted: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
@@ -80,9 +101,14 @@ impl Daemon {
                 }
                 Ok(l)
             });
-            let inst = self.instances.entry(file.clone()).or_insert_with(|| Instance::new(file.clone()));
+            if !self.instances.contains_key(&file) {
+                let inst = self.new_instance(file.clone());
+                self.instances.insert(file.clone(), inst);
+            }
+            let inst = self.instances.get_mut(&file).expect("inserted");
             inst.attempted = text;
             inst.removed = false;
+            inst.loading = false;
             let trigger = if force { Trigger::Reload } else { Trigger::Config };
             match result {
                 Ok(l) => {
@@ -145,8 +171,10 @@ impl Daemon {
             self.instances.len() - failing,
             failing
         );
-        let first_round_done =
-            self.instances.values().all(|i| i.loaded.is_none() || (i.runs > 0 && !i.running) || i.removed);
+        let first_round_done = self
+            .instances
+            .values()
+            .all(|i| !i.loading && (i.loaded.is_none() || (i.runs > 0 && !i.running) || i.removed));
         if !self.ready_sent && first_round_done {
             self.ready_sent = true;
             tracing::info!("first round done: {status}");

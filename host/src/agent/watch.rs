@@ -11,7 +11,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 
@@ -59,7 +59,7 @@ impl Watcher {
     /// An inotify instance whose events a reader thread sends to `tx`
     /// (mapped by `map`) until the receiver is gone.
     pub fn start<E: Send + 'static>(
-        tx: Sender<E>,
+        tx: SyncSender<E>,
         map: impl Fn(Change) -> E + Send + 'static,
     ) -> std::io::Result<Watcher> {
         let fd = Arc::new(inotify::init(CreateFlags::CLOEXEC)?);

@@ -40,6 +40,19 @@ pub struct AgentArgs {
     /// Compile plugins at every load; never read or write the cache.
     #[arg(long, conflicts_with = "cache_dir")]
     pub no_cache: bool,
+    /// Most plugin runs in flight at once; due instances wait for a slot.
+    #[arg(long, value_name = "N", default_value_t = agent::DEFAULT_MAX_RUNS as u16,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_concurrent_runs: u16,
+    /// Spread the first runs at start over a random delay below this (0s: none).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub start_jitter: Duration,
+    /// Bytes of log messages each instance's plugin may send at once.
+    #[arg(long, value_name = "BYTES", default_value_t = durasync::services::log_rate::DEFAULT_LOG_BURST_BYTES)]
+    pub log_burst_bytes: u64,
+    /// Bytes of log messages a second each instance's plugin may send on average.
+    #[arg(long, value_name = "BYTES", default_value_t = durasync::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC)]
+    pub log_rate_bytes: u64,
 }
 
 /// `--log-format`.
@@ -58,10 +71,14 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir)
     };
     let opts = Options {
-        config_dir: args.config_dir.clone(),
         metrics_addr: args.metrics_addr.clone(),
         cache,
         grace: args.grace,
+        max_runs: usize::from(args.max_concurrent_runs),
+        start_jitter: args.start_jitter,
+        log_burst_bytes: args.log_burst_bytes,
+        log_rate_bytes: args.log_rate_bytes,
+        ..Options::new(args.config_dir.clone())
     };
     // The log format and the agent's `info` default are set up by `main`
     // (`Cli::log_settings`), for every thread of the process.

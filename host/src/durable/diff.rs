@@ -185,7 +185,7 @@ pub(crate) struct FileId {
 /// Whether the regular file at `rel` beneath `dir` holds exactly
 /// `expected`: open, `fstat` (still a regular file of that size), one read
 /// of that size, close.
-pub(crate) fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
+pub fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
     Ok(file_match(dir, rel, path, expected)?.is_some())
 }
 

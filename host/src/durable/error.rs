@@ -136,6 +136,19 @@ pub enum Error {
         /// What the request needs.
         actual: u64,
     },
+    /// A file or directory on disk is larger than a read may bring into
+    /// memory ([`super::ReadLimits`]). Nothing was read or changed.
+    #[error("{path}: limit exceeded: {what}: {actual} is over the limit of {limit}")]
+    TooLarge {
+        /// The file or directory.
+        path: String,
+        /// What is limited.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+        /// What is there (at least).
+        actual: u64,
+    },
     /// The file system cannot do the operation atomically. Nothing was changed.
     #[error("{path}: the file system ({fs}) does not support atomic {op} ({source}); nothing was changed")]
     Unsupported {
@@ -220,6 +233,7 @@ impl Error {
                 | Error::Symlink { .. }
                 | Error::UnsupportedEntry { .. }
                 | Error::Limit { .. }
+                | Error::TooLarge { .. }
         )
     }
 }

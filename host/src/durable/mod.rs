@@ -60,7 +60,7 @@ pub use error::{Error, Result, Step};
 pub use names::MAX_DEPTH;
 pub use primitives::{exchange, fsync};
 pub use probe::{NoProbe, Op, Probe};
-pub use read::{DirEntry, EntryKind, list_dir, read_file};
+pub use read::{DirEntry, EntryKind, ReadLimits, list_dir, read_file};
 pub use recover::recover;
 pub use remove::remove;
 pub use report::{Outcome, Report};

@@ -4,11 +4,38 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use serde::Serialize;
 
+use super::cancel::Cancel;
 use super::error::{Error, Result};
 use super::names::is_reserved;
 use super::resolve::{open_beneath, split_last};
 use super::sys::{Kind, kind_at};
-use super::walk::{list_names, read_file_at};
+use super::walk::{list_names_at_most, read_file_at};
+
+/// What one read-only call may bring into memory. The file system, not the
+/// caller, decides how large a file (a sparse one claims any size for free)
+/// or a directory is: both are checked against these before anything is
+/// allocated in proportion to them, and refused with
+/// [`Error::TooLarge`] naming the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// Most bytes [`read_file`] returns.
+    pub max_bytes: u64,
+    /// Most entries [`list_dir`] returns.
+    pub max_entries: u64,
+}
+
+impl Default for ReadLimits {
+    /// 64 MiB (a certificate bundle or a manifest is kilobytes) and 100 000
+    /// entries (a sync writes at most 100 000 files; 255-byte names make
+    /// that at most ~25 MiB of names).
+    fn default() -> Self {
+        ReadLimits { max_bytes: 64 << 20, max_entries: 100_000 }
+    }
+}
+
+/// How many entries [`list_dir`] classifies between two looks at its
+/// cancellation.
+const CANCEL_EVERY: usize = 1024;
 
 /// What a directory entry is; links are reported, never followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -34,8 +61,16 @@ pub struct DirEntry {
 }
 
 /// The bytes of the regular file at `rel` beneath `root`, or `None` when
-/// nothing is there (nor at any missing parent). A link is an error.
-pub fn read_file(root: BorrowedFd<'_>, rel: &str) -> Result<Option<Vec<u8>>> {
+/// nothing is there (nor at any missing parent). A link is an error, and so
+/// is a file over `limits.max_bytes` (checked with `fstat` before anything
+/// is allocated, and again while reading, should it grow). `cancel` is
+/// checked between reads.
+pub fn read_file(
+    root: BorrowedFd<'_>,
+    rel: &str,
+    limits: &ReadLimits,
+    cancel: &Cancel<'_>,
+) -> Result<Option<Vec<u8>>> {
     let (parent_rel, name) = split_last(rel)?;
     let parent = match open_beneath(root, parent_rel) {
         Ok(fd) => fd,
@@ -44,22 +79,34 @@ pub fn read_file(root: BorrowedFd<'_>, rel: &str) -> Result<Option<Vec<u8>>> {
     };
     match kind_at(parent.as_fd(), name, rel)?.0 {
         Kind::Missing => Ok(None),
-        Kind::File => read_file_at(parent.as_fd(), name, rel).map(Some),
+        Kind::File => read_file_at(parent.as_fd(), name, rel, limits.max_bytes, cancel).map(Some),
         Kind::Symlink => Err(Error::Symlink { path: rel.to_owned() }),
         _ => Err(Error::NotAFile { path: rel.to_owned() }),
     }
 }
 
 /// The entries of the directory at `rel` beneath `root`, sorted by name,
-/// without durasync's own bookkeeping entries.
-pub fn list_dir(root: BorrowedFd<'_>, rel: &str) -> Result<Vec<DirEntry>> {
+/// without durasync's own bookkeeping entries. A directory holding more
+/// than `limits.max_entries` entries is refused as soon as the listing
+/// passes that many; `cancel` is checked while reading and classifying.
+pub fn list_dir(
+    root: BorrowedFd<'_>,
+    rel: &str,
+    limits: &ReadLimits,
+    cancel: &Cancel<'_>,
+) -> Result<Vec<DirEntry>> {
     let dir = open_beneath(root, rel)?;
-    let mut names = list_names(dir.as_fd(), rel)?;
+    let shown = if rel.is_empty() { "." } else { rel };
+    let mut names = list_names_at_most(dir.as_fd(), shown, limits.max_entries, cancel)?;
     names.retain(|n| !is_reserved(n));
     names.sort();
     names
         .into_iter()
-        .map(|name| {
+        .enumerate()
+        .map(|(i, name)| {
+            if i % CANCEL_EVERY == CANCEL_EVERY - 1 {
+                cancel.check(shown)?;
+            }
             let kind = match kind_at(dir.as_fd(), &name, &name)?.0 {
                 Kind::File => EntryKind::File,
                 Kind::Dir => EntryKind::Directory,

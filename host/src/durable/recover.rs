@@ -10,6 +10,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Options;
+use super::cancel::Cancel;
 use super::error::Result;
 use super::lock::lock;
 use super::marker::any_marked;
@@ -125,7 +126,7 @@ pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &st
     let mut removed = Vec::with_capacity(names.len());
     for name in names {
         let path = join(dir_path, &name);
-        remove_tree(sys, dir, &name, &path)?;
+        remove_tree(sys, dir, &name, &path, &Cancel::NEVER)?;
         removed.push(path);
     }
     Ok(removed)
@@ -139,8 +140,37 @@ pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &st
 /// removes things that are already unreachable (an old tree after the
 /// commit, a stale staging directory) and a crash merely leaves them for
 /// the next recovery.
-pub(crate) fn remove_tree(sys: &Sys<'_>, parent: BorrowedFd<'_>, name: &str, path: &str) -> Result<u32> {
-    remove_tree_in(sys, parent, name, path, true)
+///
+/// `cancel` is checked before each batch of names: a cancelled removal stops
+/// with [`super::Error::Cancelled`] and leaves the rest of the tree (a
+/// leftover by its name, which recovery removes later).
+pub(crate) fn remove_tree(
+    sys: &Sys<'_>,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    path: &str,
+    cancel: &Cancel<'_>,
+) -> Result<u32> {
+    remove_tree_in(sys, parent, name, path, true, cancel, &AtomicU32::new(0))
+}
+
+/// [`remove_tree`] of what a committed operation left behind (the old tree
+/// of a sync, the trash of a removal): off the durability path, so a
+/// cancellation (the plugin's deadline) stops it without failing the
+/// operation, which is committed and durable. The rest stays under its
+/// leftover name until the next operation in the directory or `recover`.
+/// Returns the files removed (those removed before a cancellation).
+pub(crate) fn remove_committed_leftover(
+    sys: &Sys<'_>,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    cancel: &Cancel<'_>,
+) -> Result<u32> {
+    let removed = AtomicU32::new(0);
+    match remove_tree_in(sys, parent, name, name, true, cancel, &removed) {
+        Err(super::Error::Cancelled { .. }) => Ok(removed.into_inner()),
+        r => r,
+    }
 }
 
 /// The first directory of a removal with at least this many entries is
@@ -162,12 +192,16 @@ fn remove_tree_in(
     name: &str,
     path: &str,
     parallel: bool,
+    cancel: &Cancel<'_>,
+    removed: &AtomicU32,
 ) -> Result<u32> {
+    cancel.check(path)?;
     let mode = match kind_at(parent, name, path)? {
         (Kind::Missing, _) => return Ok(0),
         (Kind::Dir, mode) => mode,
         (_, _) => {
             sys.unlink(parent, name, path)?;
+            removed.fetch_add(1, Ordering::Relaxed);
             return Ok(1);
         }
     };
@@ -181,11 +215,12 @@ fn remove_tree_in(
     // At most one directory of a removal is emptied from several threads.
     let mut may_split = parallel;
     loop {
+        cancel.check(path)?;
         let batch = read_batch(sys, stack.top(), stack.path(), REMOVE_BATCH)?;
         if may_split && batch.len() >= PARALLEL_REMOVE_MIN {
             may_split = false;
             let children = read_batch(sys, stack.top(), stack.path(), usize::MAX)?;
-            count += remove_children_parallel(sys, stack.top(), stack.path(), &children)?;
+            count += remove_children_parallel(sys, stack.top(), stack.path(), &children, cancel, removed)?;
             continue;
         }
         if batch.is_empty() {
@@ -209,6 +244,7 @@ fn remove_tree_in(
                 }
                 (_, _) => {
                     sys.unlink(stack.top(), child, &child_path)?;
+                    removed.fetch_add(1, Ordering::Relaxed);
                     count += 1;
                 }
             }
@@ -261,10 +297,13 @@ fn remove_children_parallel(
     dir: BorrowedFd<'_>,
     path: &str,
     children: &[String],
+    cancel: &Cancel<'_>,
+    removed: &AtomicU32,
 ) -> Result<u32> {
     let count = AtomicU32::new(0);
     parallel::try_for_each(children, super::DEFAULT_THREADS, |child| {
-        count.fetch_add(remove_tree_in(sys, dir, child, &join(path, child), false)?, Ordering::Relaxed);
+        let n = remove_tree_in(sys, dir, child, &join(path, child), false, cancel, removed)?;
+        count.fetch_add(n, Ordering::Relaxed);
         Ok(())
     })?;
     Ok(count.into_inner())

@@ -13,7 +13,7 @@ use super::error::{Result, Step, committed, flags_unsupported};
 use super::lock::lock;
 use super::marker::{is_marked, unmark};
 use super::names::{Leftover, check_name, leftover_name};
-use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
+use super::recover::{remove_committed_leftover, remove_leftovers, remove_leftovers_or_defer};
 use super::report::{Outcome, Report};
 use super::sys::{Kind, Sys, kind_at};
 
@@ -40,7 +40,7 @@ pub fn remove(dir: BorrowedFd<'_>, name: &str, opts: &Options<'_>) -> Result<Opt
         }
         // Commit point: the name is durably gone.
         committed(sys.fsync_dir(dir, ".", Step::FsyncParent), false)?;
-        let removed = committed(remove_tree(&sys, dir, &trash, &trash), true)?;
+        let removed = committed(remove_committed_leftover(&sys, dir, &trash, &opts.cancel), true)?;
         Report { outcome: Outcome::Removed, written: 0, removed }
     } else {
         sys.unlink(dir, name, name)?;

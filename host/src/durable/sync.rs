@@ -56,6 +56,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::Options;
+use super::cancel::Cancel;
 use super::diff::{Carry, Plan, compare, compare_carrying};
 use super::replace_one::{one_changed_file, replace_one_file};
 use rustix::fs::{AtFlags, FileType};
@@ -65,7 +66,7 @@ use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
 use super::parallel;
-use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
+use super::recover::{remove_committed_leftover, remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
 use super::resolve::open_beneath;
 use super::sys::{Kind, Sys, join, kind_at, kind_of, open_dir};
@@ -153,7 +154,7 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     let new_mark = match mark(&sys, parent, name) {
         Ok(new) => new,
         Err(e) => {
-            let _ = remove_tree(&sys, parent, &staging, &staging);
+            let _ = remove_tree(&sys, parent, &staging, &staging, &Cancel::NEVER);
             return Err(e);
         }
     };
@@ -167,7 +168,7 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     };
     if let Err(e) = swapped {
         let e = unsupported_or(e, parent, exists);
-        let _ = remove_tree(&sys, parent, &staging, &staging);
+        let _ = remove_tree(&sys, parent, &staging, &staging, &Cancel::NEVER);
         if new_mark {
             let _ = unmark(&sys, parent, name);
         }
@@ -183,7 +184,7 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     if deferred {
         committed(remove_leftovers(&sys, parent, "."), true)?;
     } else if exists {
-        committed(remove_tree(&sys, parent, &staging, &staging).map(drop), true)?;
+        committed(remove_committed_leftover(&sys, parent, &staging, &opts.cancel).map(drop), true)?;
     }
     Ok(Report {
         outcome: if exists { Outcome::Replaced } else { Outcome::Created },
@@ -370,7 +371,15 @@ fn carry_one(
     } else {
         DirFd::Opened(open_beneath(carried.target, job.parent_rel)?)
     };
-    sys.link(from_dir.fd(), job.name, &from_path, dir, job.name, &job.path)?;
+    match sys.link(from_dir.fd(), job.name, &from_path, dir, job.name, &job.path) {
+        Ok(()) => {}
+        // Carrying only saves a write. Where the kernel refuses the link (a
+        // mount inside the target: EXDEV; an immutable or append-only file:
+        // EPERM; a file at its link limit: EMLINK), nothing was created, and
+        // the file is written afresh with the sequence of any changed file.
+        Err(Error::Io { source, .. }) if link_refused(&source) => return write_one(sys, dir, job),
+        Err(e) => return Err(e),
+    }
     // Compared and linked in two steps: only the very inode whose bytes were
     // compared may be carried; anything else that took its name meanwhile
     // (a link is linked itself, never followed) leaves and is written afresh.
@@ -382,6 +391,13 @@ fn carry_one(
     }
     sys.unlink(dir, job.name, &job.path)?;
     write_one(sys, dir, job)
+}
+
+/// Whether a failed `linkat` means this file cannot be carried (rather than
+/// that the staging tree cannot be written).
+fn link_refused(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    [Errno::XDEV, Errno::PERM, Errno::MLINK].iter().any(|n| e.raw_os_error() == Some(n.raw_os_error()))
 }
 
 fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>) -> Result<()> {
@@ -397,5 +413,5 @@ fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>) -> Result<()
 /// ignored because the next sync's recovery removes it anyway.
 fn discard(sys: &Sys<'_>, parent: BorrowedFd<'_>, staging: &str, fd: OwnedFd) {
     drop(fd);
-    let _ = remove_tree(sys, parent, staging, staging);
+    let _ = remove_tree(sys, parent, staging, staging, &Cancel::NEVER);
 }

@@ -42,17 +42,73 @@ pub enum Node {
 ///
 /// Paths sort so that every directory precedes its contents. The tree's root
 /// (the synced directory itself) is not an entry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Building it is bounded by its [`Limits`] as it grows, not only once it
+/// is complete: a file or directory past `max_files` or `max_dirs`, or a
+/// path (an implied directory's too) past `max_path_bytes` in all, is
+/// refused when it is added. Nested names imply directories, whose keys the
+/// tree stores: a request of 64 MiB of names 64 levels deep would otherwise
+/// make the host build about 32 times that in keys.
+#[derive(Debug, Clone, Default)]
 pub struct Tree {
     nodes: BTreeMap<String, Node>,
     bytes: u64,
     files: usize,
+    /// The bytes of every key in `nodes`.
+    path_bytes: u64,
+    limits: Limits,
 }
 
+/// Two trees are equal when they hold the same entries, whatever limits
+/// they were built under.
+impl PartialEq for Tree {
+    fn eq(&self, other: &Tree) -> bool {
+        self.nodes == other.nodes
+    }
+}
+
+impl Eq for Tree {}
+
 impl Tree {
-    /// An empty tree (syncing it makes the target an empty directory).
+    /// An empty tree (syncing it makes the target an empty directory),
+    /// bounded by the default [`Limits`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty tree whose growth is bounded by `limits`.
+    pub fn with_limits(limits: Limits) -> Self {
+        Tree { limits, ..Self::default() }
+    }
+
+    /// Refuse one more key of `len` bytes, for a file (`file`) or a
+    /// directory, before it is stored.
+    fn admit(&self, len: usize, file: bool) -> Result<()> {
+        let l = &self.limits;
+        if file && self.files as u64 >= l.max_files {
+            return Err(Error::Limit {
+                what: "files in one sync",
+                limit: l.max_files,
+                actual: self.files as u64 + 1,
+            });
+        }
+        let dirs = self.dir_count() as u64;
+        if !file && dirs >= l.max_dirs {
+            return Err(Error::Limit {
+                what: "directories in one sync",
+                limit: l.max_dirs,
+                actual: dirs + 1,
+            });
+        }
+        let path_bytes = self.path_bytes + len as u64;
+        if path_bytes > l.max_path_bytes {
+            return Err(Error::Limit {
+                what: "bytes of paths in one sync, implied directories included",
+                limit: l.max_path_bytes,
+                actual: path_bytes,
+            });
+        }
+        Ok(())
     }
 
     /// Add a regular file at a relative path (`tls.crt`, `sub/dir/file`),
@@ -76,8 +132,10 @@ impl Tree {
             }
             None => {}
         }
+        self.admit(path.len(), true)?;
         self.bytes += contents.len() as u64;
         self.files += 1;
+        self.path_bytes += path.len() as u64;
         self.nodes.insert(path.to_owned(), Node::File { contents, mode });
         Ok(())
     }
@@ -99,6 +157,8 @@ impl Tree {
                 Err(Error::Duplicate { path: path.to_owned(), reason: "used for a file and a directory" })
             }
             None => {
+                self.admit(path.len(), false)?;
+                self.path_bytes += path.len() as u64;
                 self.nodes.insert(path.to_owned(), Node::Dir { mode, explicit: true });
                 Ok(())
             }
@@ -120,6 +180,8 @@ impl Tree {
                     });
                 }
                 None => {
+                    self.admit(dir.len(), false)?;
+                    self.path_bytes += dir.len() as u64;
                     self.nodes.insert(dir.to_owned(), Node::Dir { mode: IMPLIED_DIR_MODE, explicit: false });
                 }
             }
@@ -196,13 +258,21 @@ pub struct Limits {
     pub max_files: u64,
     /// Most bytes, summed over all files, in one sync or write.
     pub max_bytes: u64,
+    /// Most directories (listed or implied) in one sync.
+    pub max_dirs: u64,
+    /// Most bytes of paths, summed over every file and directory (implied
+    /// ones too: `a/b/c` stores `a`, `a/b` and `a/b/c`), in one sync.
+    pub max_path_bytes: u64,
 }
 
 impl Default for Limits {
     /// 100 000 files and 4 GiB: far above any certificate or manifest set,
     /// low enough that a runaway request fails before it fills a disk.
+    /// 100 000 directories and 64 MiB of paths: what the host builds from
+    /// one request stays bounded (tens of MiB of keys) however the names
+    /// nest, while 100 000 files of 600-byte paths still fit.
     fn default() -> Self {
-        Limits { max_files: 100_000, max_bytes: 4 << 30 }
+        Limits { max_files: 100_000, max_bytes: 4 << 30, max_dirs: 100_000, max_path_bytes: 64 << 20 }
     }
 }
 
@@ -244,9 +314,44 @@ mod tests {
         let mut t = Tree::new();
         t.add_file("a", vec![0; 10], 0o644).unwrap();
         t.add_file("b", vec![0; 10], 0o644).unwrap();
-        let err = t.check_limits(&Limits { max_files: 1, max_bytes: 100 }).unwrap_err();
+        let err = t.check_limits(&Limits { max_files: 1, max_bytes: 100, ..Limits::default() }).unwrap_err();
         assert!(err.to_string().contains("files in one sync"), "{err}");
-        let err = t.check_limits(&Limits { max_files: 10, max_bytes: 15 }).unwrap_err();
+        let err = t.check_limits(&Limits { max_files: 10, max_bytes: 15, ..Limits::default() }).unwrap_err();
         assert!(err.to_string().contains("bytes in one sync"), "{err}");
+    }
+
+    #[test]
+    fn deeply_nested_names_are_refused_once_their_implied_directories_pass_the_path_limit() {
+        // 64 levels of 62-byte names (a path near PATH_MAX): one file
+        // implies 63 directories whose keys hold about 32 times the bytes of
+        // its own name.
+        let component = "d".repeat(62);
+        let nested = |i: usize| format!("{i:06}{}", format!("/{component}").repeat(63));
+        let limits = Limits { max_path_bytes: 4 << 20, ..Limits::default() };
+        let mut t = Tree::with_limits(limits);
+        let mut added = 0;
+        let err = loop {
+            match t.add_file(&nested(added), vec![], 0o644) {
+                Ok(()) => added += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(err.to_string().contains("bytes of paths in one sync"), "{err}");
+        // Refused after well under the limit's worth of names was handed
+        // over, and the tree never held more than the limit in keys.
+        assert!(added * nested(0).len() < (4 << 20) / 16, "{added}");
+        assert!(t.path_bytes <= 4 << 20);
+    }
+
+    #[test]
+    fn files_and_directories_past_their_counts_are_refused_as_they_are_added() {
+        let mut t = Tree::with_limits(Limits { max_files: 2, max_dirs: 2, ..Limits::default() });
+        t.add_file("a", vec![], 0o644).unwrap();
+        t.add_file("b", vec![], 0o644).unwrap();
+        let err = t.add_file("c", vec![], 0o644).unwrap_err();
+        assert_eq!(err.to_string(), "limit exceeded: files in one sync: 3 is over the limit of 2");
+        let mut t = Tree::with_limits(Limits { max_dirs: 2, ..Limits::default() });
+        let err = t.add_file("x/y/z/f", vec![], 0o644).unwrap_err();
+        assert_eq!(err.to_string(), "limit exceeded: directories in one sync: 3 is over the limit of 2");
     }
 }

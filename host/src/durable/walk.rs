@@ -5,6 +5,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{Mode, OFlags};
 
+use super::cancel::Cancel;
 use super::error::{Error, Result, Step};
 use super::sys::{Kind, join, kind_at, kind_of, open_dir, open_file};
 use super::tree::{Limits, MODE_MASK, Tree};
@@ -209,6 +210,35 @@ pub(crate) fn list_names(dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<Stri
     })
 }
 
+/// [`list_names`], refused with [`Error::TooLarge`] once the directory
+/// turns out to hold more than `max` entries (so no listing larger than
+/// that is ever built), and with [`Error::Cancelled`] once `cancel` says so.
+pub(crate) fn list_names_at_most(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    max: u64,
+    cancel: &Cancel<'_>,
+) -> Result<Vec<String>> {
+    cancel.check(dir_path)?;
+    let cap = usize::try_from(max).unwrap_or(usize::MAX).saturating_add(1);
+    let names = read_names(dir, dir_path, cap, &mut |name| {
+        Err(Error::InvalidPath {
+            path: join(dir_path, &String::from_utf8_lossy(name.to_bytes())),
+            reason: "names must be valid UTF-8",
+        })
+    })?;
+    cancel.check(dir_path)?;
+    if names.len() as u64 > max {
+        return Err(Error::TooLarge {
+            path: dir_path.to_owned(),
+            what: "entries in one listing",
+            limit: max,
+            actual: names.len() as u64,
+        });
+    }
+    Ok(names)
+}
+
 /// The UTF-8 names in a directory, passing over any other: for scans that
 /// look only for durasync's own names (leftovers, lock files, markers, all
 /// ASCII), so a stray entry with a non-UTF-8 name beside a target never
@@ -246,18 +276,40 @@ pub(crate) fn read_names(
     Ok(out)
 }
 
-/// Read a regular file completely, refusing anything else.
-pub(crate) fn read_file_at(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<Vec<u8>> {
+/// Read a regular file completely, refusing anything else and anything
+/// over `max` bytes: its size from `fstat` is checked before any buffer is
+/// allocated (a sparse file may claim terabytes), and the bytes actually
+/// read are checked again (a file may grow while it is read). `cancel` is
+/// checked between reads.
+pub(crate) fn read_file_at(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &str,
+    max: u64,
+    cancel: &Cancel<'_>,
+) -> Result<Vec<u8>> {
     let fd: OwnedFd = open_file(dir, name, path)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
     if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File {
         return Err(Error::NotAFile { path: path.to_owned() });
     }
-    let mut buf = Vec::with_capacity(st.st_size as usize);
-    let mut chunk = vec![0u8; (st.st_size as usize).clamp(4096, 1 << 20) + 1];
+    let too_large = |actual: u64| Error::TooLarge {
+        path: path.to_owned(),
+        what: "bytes in one read",
+        limit: max,
+        actual,
+    };
+    let size = st.st_size as u64;
+    if size > max {
+        return Err(too_large(size));
+    }
+    let mut buf = Vec::with_capacity(size as usize);
+    let mut chunk = vec![0u8; (size as usize).clamp(4096, 1 << 20) + 1];
     loop {
+        cancel.check(path)?;
         match rustix::io::read(&fd, &mut chunk[..]) {
             Ok(0) => break,
+            Ok(n) if (buf.len() + n) as u64 > max => return Err(too_large((buf.len() + n) as u64)),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(Error::io(Step::Read, path, e)),
@@ -278,7 +330,7 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Limits
         _ => return Err(Error::NotADirectory { path: path.to_owned() }),
     }
     let root = open_dir(parent, name, path)?;
-    let mut tree = Tree::new();
+    let mut tree = Tree::with_limits(*limits);
     walk(root.as_fd(), path, &mut |seen| {
         let shown = join(path, &seen.path);
         match seen.kind {
@@ -291,7 +343,18 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Limits
                         actual: tree.total_bytes() + seen.size,
                     });
                 }
-                let contents = read_file_at(seen.parent, seen.name, &shown)?;
+                let left = limits.max_bytes - tree.total_bytes();
+                let contents = read_file_at(seen.parent, seen.name, &shown, left, &Cancel::NEVER).map_err(
+                    |e| match e {
+                        // Grown since it was listed: the sync's own limit.
+                        Error::TooLarge { actual, .. } => Error::Limit {
+                            what: "bytes in one sync",
+                            limit: limits.max_bytes,
+                            actual: tree.total_bytes() + actual,
+                        },
+                        e => e,
+                    },
+                )?;
                 tree.add_file(&seen.path, contents, seen.mode)?;
                 tree.check_limits(limits)
             }

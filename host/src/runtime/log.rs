@@ -25,6 +25,16 @@ impl Host for HostView<'_> {
                 );
                 return Ok(());
             }
+            LogVerdict::RateFirst => {
+                tracing::warn!(
+                    plugin = %s.plugin(),
+                    "log rate limit reached (burst {} bytes, {} bytes/s for this instance); \
+                     messages are dropped until it refills",
+                    s.log_rate().map_or(0, |r| r.burst()),
+                    s.log_rate().map_or(0, |r| r.per_second())
+                );
+                return Ok(());
+            }
             LogVerdict::Drop => return Ok(()),
         }
         let plugin = s.plugin();

@@ -18,6 +18,7 @@
 //! log_bytes = 1_048_576
 //! output_bytes = 1_048_576
 //! call_bytes = 67_108_864           # data handed to the host in one call
+//! read_bytes = 16_777_216           # bytes one read-file may return
 //! [config]                          # any table, handed to the plugin's `run` as JSON
 //! ```
 //!
@@ -74,6 +75,7 @@ const LIMIT_KEYS: &[&str] = &[
     "log_bytes",
     "output_bytes",
     "call_bytes",
+    "read_bytes",
 ];
 
 impl Manifest {
@@ -172,6 +174,7 @@ impl Manifest {
                         "log_bytes" => limits.log_bytes = n,
                         "output_bytes" => limits.output_bytes = n,
                         "call_bytes" => limits.call_bytes = n,
+                        "read_bytes" => limits.read_bytes = n,
                         _ => unreachable!("checked by check_keys"),
                     }
                 }

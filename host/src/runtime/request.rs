@@ -2,12 +2,13 @@
 //! input) and what it returns.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
 use super::errors::Error;
 use super::manifest::Manifest;
-use crate::services::{Grant, Limits, Operation};
+use crate::services::{Grant, Limits, LogRate, Operation};
 
 /// What a plugin says about itself (`describe`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -48,6 +49,8 @@ pub struct RunRequest {
     pub input: Vec<u8>,
     /// Plan, do not change anything.
     pub dry_run: bool,
+    /// The instance's log rate limit, shared by its runs (the agent's).
+    pub log_rate: Option<Arc<LogRate>>,
 }
 
 impl RunRequest {
@@ -72,6 +75,7 @@ impl RunRequest {
             config_json: manifest.config_json.clone(),
             input,
             dry_run,
+            log_rate: None,
         })
     }
 

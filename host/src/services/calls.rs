@@ -68,16 +68,43 @@ impl Session {
         Ok(sub)
     }
 
-    /// `read-file`.
+    /// `read-file`: refused with a `limit` error, before anything is read,
+    /// when the file is larger than the run's read cap
+    /// ([`super::Limits::read_bytes_cap`]); stops at the run's deadline.
     pub fn read_file(&mut self, dir: &Dir, path: &str) -> Result<Option<Vec<u8>>> {
         self.admit(Some(dir))?;
-        durable::read_file(dir.fd.as_fd(), path).map_err(core)
+        let opts = self.core_options();
+        durable::read_file(dir.fd.as_fd(), path, &self.limits.read_limits(), &opts.cancel)
+            .map_err(|e| self.read_error(dir, e))
     }
 
-    /// `list-dir`.
+    /// `list-dir`: refused with a `limit` error for a directory of more than
+    /// [`super::limits::MAX_LIST_ENTRIES`] entries; stops at the deadline.
     pub fn list_dir(&mut self, dir: &Dir, path: &str) -> Result<Vec<DirEntry>> {
         self.admit(Some(dir))?;
-        durable::list_dir(dir.fd.as_fd(), path).map_err(core)
+        let opts = self.core_options();
+        durable::list_dir(dir.fd.as_fd(), path, &self.limits.read_limits(), &opts.cancel)
+            .map_err(|e| self.read_error(dir, e))
+    }
+
+    /// The contract error of a failed read: a size refusal names the
+    /// plugin's path and the manifest key that sets it; a cancellation is
+    /// the run's deadline.
+    fn read_error(&mut self, dir: &Dir, e: durable::Error) -> Error {
+        match e {
+            durable::Error::TooLarge { path, what, limit, actual } => {
+                let key = if what == "bytes in one read" { " (limits.read_bytes)" } else { "" };
+                Error::Limit(format!(
+                    "{}: {what}: {actual} is over the limit of {limit}{key}",
+                    dir.full(&path)
+                ))
+            }
+            durable::Error::Cancelled { .. } => {
+                self.past_deadline();
+                core(e)
+            }
+            e => core(e),
+        }
     }
 
     /// `sync`: make the directory at `path` hold exactly `files`.
@@ -88,7 +115,9 @@ impl Session {
     fn sync_inner(&mut self, dir: &Dir, path: &str, files: Vec<File>) -> Result<(Done, Report)> {
         dir.writable()?;
         let (parent, name) = durable::split_last(path).map_err(core)?;
-        let mut tree = Tree::new();
+        let opts = self.core_options();
+        // Bounded as it grows: what the host builds from one call.
+        let mut tree = Tree::with_limits(opts.limits);
         let mut deepest = 0;
         for f in files {
             let (file, mode) = (f.name, f.mode);
@@ -97,7 +126,6 @@ impl Session {
             deepest = deepest.max(components(&file));
         }
         check_depth(dir, path, dir.depth + components(path) + deepest)?;
-        let opts = self.core_options();
         tree.check_limits(&opts.limits).map_err(core)?;
         self.check_budget(tree.file_count() as u64, tree.total_bytes())?;
         let (report, changes) = if self.dry_run {
@@ -154,7 +182,7 @@ impl Session {
             return Ok((Done::just("unchanged"), false));
         };
         if self.dry_run {
-            return plan::remove(dir, pfd.as_fd(), name, path);
+            return plan::remove(dir, pfd.as_fd(), name, path, &self.core_options().cancel);
         }
         match durable::remove(pfd.as_fd(), name, &self.core_options()).map_err(core)? {
             Some(report) => Ok((Done::of(&report, None), true)),
@@ -191,7 +219,8 @@ impl Session {
         // still fit under the depth limit.
         let (da, db) = (dir.depth + components(a), dir.depth + components(b));
         for (fd, name, path, from, to) in [(&fa, na, a, da, db), (&fb, nb, b, db, da)] {
-            if to > from && subtree_deeper_than(fd.as_fd(), name, MAX_DEPTH.saturating_sub(to))? {
+            let cancel = self.core_options().cancel;
+            if to > from && subtree_deeper_than(fd.as_fd(), name, MAX_DEPTH.saturating_sub(to), &cancel)? {
                 let levels =
                     if to - from == 1 { "1 level".to_owned() } else { format!("{} levels", to - from) };
                 return Err(Error::Limit(format!(

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::error::{Error, Result, core};
 use super::grant::Dir;
 use super::limits::MAX_DEPTH;
-use crate::durable::{self, EntryKind};
+use crate::durable::{self, Cancel, EntryKind, ReadLimits};
 
 /// The setuid, setgid and sticky bits.
 pub const SPECIAL_BITS: u32 = 0o7000;
@@ -70,11 +70,17 @@ pub(crate) fn refuse_link(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result
 
 /// Whether the entry `name` of `dir` holds anything more than `levels`
 /// levels below itself (a file directly in it is one level). Iterative and
-/// bounded: it never descends past `levels + 1` and holds one fd at a time.
-pub(crate) fn subtree_deeper_than(dir: BorrowedFd<'_>, name: &str, levels: usize) -> Result<bool> {
+/// bounded: it never descends past `levels + 1`, holds one fd and one
+/// bounded listing at a time, and stops at `cancel` (the run's deadline).
+pub(crate) fn subtree_deeper_than(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    levels: usize,
+    cancel: &Cancel<'_>,
+) -> Result<bool> {
     let mut stack = vec![(name.to_owned(), 0usize)];
     while let Some((rel, depth)) = stack.pop() {
-        let entries = match durable::list_dir(dir, &rel) {
+        let entries = match durable::list_dir(dir, &rel, &ReadLimits::default(), cancel) {
             Ok(entries) => entries,
             // Not a directory (or gone): nothing below it.
             Err(durable::Error::NotADirectory { .. } | durable::Error::NotFound { .. }) => continue,

@@ -13,7 +13,9 @@ use crate::durable;
 
 /// Why a plugin's call failed: the WIT `error` variants, one for one. Every
 /// variant carries a message for a person. Unless the variant says
-/// otherwise, the failed call changed nothing.
+/// otherwise, the failed call changed nothing it names; a failed `sync` or
+/// `write-file` may leave the missing parent directories it created for its
+/// path (empty but for the lock file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// A path, a name or a mode breaks the rules, or leaves its root.
@@ -94,7 +96,7 @@ pub fn from_core(e: &durable::Error) -> Error {
         E::Symlink { .. } => Error::InvalidPath(msg),
         E::NotFound { .. } => Error::NotFound(msg),
         E::NotADirectory { .. } => Error::NotADirectory(msg),
-        E::Limit { .. } => Error::Limit(msg),
+        E::Limit { .. } | E::TooLarge { .. } => Error::Limit(msg),
         E::Unsupported { .. } => Error::Unsupported(msg),
         E::Committed { .. } => Error::Committed(msg),
         _ => Error::Io(msg),

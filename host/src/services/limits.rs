@@ -51,6 +51,21 @@ pub const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
 /// many times, so the guest's memory cap alone does not bound this.
 pub const DEFAULT_CALL_BYTES: u64 = 64 << 20;
 
+/// Default cap on the bytes one `read-file` returns (16 MiB). The file's
+/// size is the file system's say, not the plugin's: a sparse file claims
+/// 64 GiB for free, and reading it whole would take the host's memory (and
+/// then the guest's). The effective cap is the smallest of this,
+/// `call_bytes` and half of `memory_bytes` ([`Limits::read_bytes_cap`]): the
+/// bytes must fit in the guest, with room to use them. Certificates and
+/// manifests are kilobytes.
+pub const DEFAULT_READ_BYTES: u64 = 16 << 20;
+
+/// Most entries one `list-dir` returns. Each is a name of up to 255 bytes
+/// the host holds and copies into the guest; 100 000 (the most files one
+/// sync writes) keeps that under ~25 MiB. A directory with more is refused
+/// with a `limit` error as soon as the listing passes this many.
+pub const MAX_LIST_ENTRIES: u64 = 100_000;
+
 /// Most directory levels below a granted root at which a plugin may create
 /// or reach anything (a file at `a/b/c` is 3 levels down), counted from the
 /// root whatever handle the plugin uses: the core's own limit
@@ -107,6 +122,21 @@ pub struct Limits {
     pub output_bytes: u64,
     /// Bytes of data the plugin may hand the host in one call.
     pub call_bytes: u64,
+    /// Bytes one `read-file` may return (see [`Limits::read_bytes_cap`]).
+    pub read_bytes: u64,
+}
+
+impl Limits {
+    /// The bytes one `read-file` may return: `read_bytes`, but never more
+    /// than `call_bytes` nor half the guest's memory cap.
+    pub fn read_bytes_cap(&self) -> u64 {
+        self.read_bytes.min(self.call_bytes).min(self.memory_bytes / 2)
+    }
+
+    /// What the durable core may read for one call of this plugin.
+    pub fn read_limits(&self) -> crate::durable::ReadLimits {
+        crate::durable::ReadLimits { max_bytes: self.read_bytes_cap(), max_entries: MAX_LIST_ENTRIES }
+    }
 }
 
 impl Default for Limits {
@@ -120,6 +150,7 @@ impl Default for Limits {
             log_bytes: DEFAULT_LOG_BYTES,
             output_bytes: DEFAULT_OUTPUT_BYTES,
             call_bytes: DEFAULT_CALL_BYTES,
+            read_bytes: DEFAULT_READ_BYTES,
         }
     }
 }

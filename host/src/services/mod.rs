@@ -22,6 +22,7 @@ mod checks;
 pub mod error;
 mod grant;
 pub mod limits;
+pub mod log_rate;
 mod operation;
 mod plan;
 mod session;
@@ -32,6 +33,7 @@ pub use checks::SPECIAL_BITS;
 pub use error::{Error, Result, from_core};
 pub use grant::{Access, Dir, Grant};
 pub use limits::{Limits, MAX_DEPTH};
+pub use log_rate::LogRate;
 pub use operation::{Changes, Operation};
 pub use session::{LogBudget, LogVerdict, Session};
 

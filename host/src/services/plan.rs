@@ -9,7 +9,7 @@ use super::error::{Result, core};
 use super::grant::Dir;
 use super::limits::MAX_DEPTH;
 use super::operation::{Changes, Done};
-use crate::durable::{self, EntryKind, Options, Outcome, Plan, Report, Tree};
+use crate::durable::{self, Cancel, EntryKind, Options, Outcome, Plan, ReadLimits, Report, Tree};
 
 /// The parent `rel` beneath `dir`, or `None` when some part is missing.
 pub(crate) fn parent_if_exists(dir: BorrowedFd<'_>, rel: &str) -> Result<Option<OwnedFd>> {
@@ -58,8 +58,12 @@ pub(crate) fn write(
 ) -> Result<(Report, Changes)> {
     let existing = match parent_if_exists(dir.fd.as_fd(), parent)? {
         Some(pfd) => match stat_entry(pfd.as_fd(), name)? {
-            Some((_, old_mode)) => {
-                durable::read_file(dir.fd.as_fd(), path).map_err(core)?.map(|old| (old, old_mode))
+            Some((true, _)) => return Err(core(durable::Error::NotAFile { path: path.to_owned() })),
+            // Compared, not read: only a file of exactly the new size is
+            // read, into a buffer of the plugin's own (bounded) size.
+            Some((false, old_mode)) => {
+                let same = durable::diff::file_holds(pfd.as_fd(), name, path, contents).map_err(core)?;
+                Some((same, old_mode))
             }
             None => None,
         },
@@ -71,7 +75,7 @@ pub(crate) fn write(
             changes.added.push(name.to_owned());
             Outcome::Created
         }
-        Some((old, old_mode)) if old == contents && old_mode == mode => Outcome::Unchanged,
+        Some((same, old_mode)) if same && old_mode == mode => Outcome::Unchanged,
         Some(_) => {
             changes.changed.push(name.to_owned());
             Outcome::Replaced
@@ -82,11 +86,17 @@ pub(crate) fn write(
 }
 
 /// A removal of `name` in `parent` (`path` beneath `dir`).
-pub(crate) fn remove(dir: &Dir, parent: BorrowedFd<'_>, name: &str, path: &str) -> Result<(Done, bool)> {
+pub(crate) fn remove(
+    dir: &Dir,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    path: &str,
+    cancel: &Cancel<'_>,
+) -> Result<(Done, bool)> {
     Ok(match stat_entry(parent, name)? {
         None => (Done::just("unchanged"), false),
         Some((is_dir, _)) => {
-            let removed = if is_dir { count_files(dir.fd.as_fd(), path)? } else { 1 };
+            let removed = if is_dir { count_files(dir.fd.as_fd(), path, cancel)? } else { 1 };
             let shown = if is_dir { format!("{name}/") } else { name.to_owned() };
             let plan = Changes { removed: vec![shown], ..Changes::default() };
             (Done { outcome: "removed", written: 0, removed, bytes: 0, plan: Some(plan) }, true)
@@ -109,13 +119,14 @@ pub(crate) fn exchange(
     Ok((Done { plan: Some(plan), ..Done::just("exchanged") }, ()))
 }
 
-/// Regular files beneath `rel` (a dry-run removal's count): iterative, and
-/// no deeper than a tree a plugin can have made.
-fn count_files(dir: BorrowedFd<'_>, rel: &str) -> Result<u32> {
+/// Regular files beneath `rel` (a dry-run removal's count): iterative, no
+/// deeper than a tree a plugin can have made, each listing bounded, and
+/// stopped by the run's deadline.
+fn count_files(dir: BorrowedFd<'_>, rel: &str, cancel: &Cancel<'_>) -> Result<u32> {
     let mut n = 0u32;
     let mut stack = vec![(rel.to_owned(), 0usize)];
     while let Some((rel, depth)) = stack.pop() {
-        let entries = match durable::list_dir(dir, &rel) {
+        let entries = match durable::list_dir(dir, &rel, &ReadLimits::default(), cancel) {
             Ok(entries) => entries,
             Err(durable::Error::InvalidPath { .. }) => continue,
             Err(e) => return Err(core(e)),

@@ -3,11 +3,13 @@
 //! plugin makes goes through a [`Session`] (see `calls.rs` for the calls).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::error::{Error, Result};
 use super::grant::{Dir, Grant};
 use super::limits::{Limits, MAX_OPEN_DIRS, human_ms};
+use super::log_rate::LogRate;
 use super::operation::{Done, Operation};
 use crate::durable::{Cancel, Options};
 
@@ -20,6 +22,8 @@ pub struct LogBudget {
     pub dropped: u64,
     /// Bytes of the dropped messages.
     pub dropped_bytes: u64,
+    /// Messages dropped by the instance's rate limit ([`LogRate`]).
+    pub rate_dropped: u64,
 }
 
 /// What to do with one log message.
@@ -31,6 +35,9 @@ pub enum LogVerdict {
     DropFirst,
     /// Over the budget: drop it.
     Drop,
+    /// The first message of this run over the instance's rate limit: drop
+    /// it and say so once.
+    RateFirst,
 }
 
 /// The state of one run of one plugin, behind every call it makes.
@@ -50,6 +57,7 @@ pub struct Session {
     timed_out: bool,
     pub(crate) operations: Vec<Operation>,
     log: LogBudget,
+    log_rate: Option<Arc<LogRate>>,
     open_dirs: usize,
 }
 
@@ -69,6 +77,7 @@ impl Session {
             timed_out: false,
             operations: Vec::new(),
             log: LogBudget::default(),
+            log_rate: None,
             open_dirs: 0,
         }
     }
@@ -77,6 +86,14 @@ impl Session {
     #[must_use]
     pub fn with_deadline(mut self, deadline: Instant) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// The same, with the log volume also bounded by `rate`, shared with
+    /// the instance's other runs.
+    #[must_use]
+    pub fn with_log_rate(mut self, rate: Option<Arc<LogRate>>) -> Self {
+        self.log_rate = rate;
         self
     }
 
@@ -120,6 +137,11 @@ impl Session {
         self.timed_out
     }
 
+    /// The instance's log rate limit, if the run has one.
+    pub fn log_rate(&self) -> Option<&LogRate> {
+        self.log_rate.as_deref()
+    }
+
     /// The log budget so far.
     pub fn log_budget(&self) -> LogBudget {
         self.log
@@ -131,6 +153,12 @@ impl Session {
             self.log.dropped += 1;
             self.log.dropped_bytes += len;
             return if self.log.dropped == 1 { LogVerdict::DropFirst } else { LogVerdict::Drop };
+        }
+        if let Some(rate) = &self.log_rate
+            && !rate.admit(len)
+        {
+            self.log.rate_dropped += 1;
+            return if self.log.rate_dropped == 1 { LogVerdict::RateFirst } else { LogVerdict::Drop };
         }
         self.log.used += len;
         LogVerdict::Forward

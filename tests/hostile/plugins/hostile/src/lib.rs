@@ -233,6 +233,25 @@ impl Guest for Hostile {
                 let r = dir.write_file("big", &vec![1u8; 2 << 20], 0o644);
                 Ok(format!("ESCAPED: a 2 MiB call reached the host: {r:?}"))
             }
+            "read-sparse" => {
+                let dir = root("data")?;
+                match dir.read_file("sparse") {
+                    Ok(b) => Ok(format!("ESCAPED: read {:?} bytes of a sparse file", b.map(|b| b.len()))),
+                    Err(e) => Err(format!("read-file sparse: {e:?}")),
+                }
+            }
+            "list-many" => {
+                let dir = root("data")?;
+                match dir.list_dir("many") {
+                    Ok(entries) => Ok(format!("ESCAPED: listed {} entries", entries.len())),
+                    Err(e) => Err(format!("list-dir many: {e:?}")),
+                }
+            }
+            "write-over-sparse" => {
+                let dir = root("data")?;
+                let r = dir.write_file("sparse", b"small", 0o644).map_err(|e| format!("{e:?}"))?;
+                Ok(format!("write-file sparse: {r:?}"))
+            }
             "exit3" => std::process::exit(3),
             "exit0" => std::process::exit(0),
             "removed-handle" => {
