@@ -11,6 +11,7 @@ mod bench;
 mod config_dir;
 mod contrib;
 mod faults;
+mod hardening;
 mod once;
 mod sync;
 
