@@ -1,7 +1,8 @@
 //! Stopping a long operation from outside: a deadline and/or a flag, checked
-//! between the staged file writes and right before the swap, never after
-//! it. A cancelled operation returns [`Error::Cancelled`] and has changed
-//! nothing: what it had staged is removed before it returns.
+//! between the staged file writes and right before the swap, and again in
+//! the cleanup after the commit fsync, never between the swap and the
+//! commit. A cancelled operation returns [`Error::Cancelled`] and has
+//! changed nothing: what it had staged is removed before it returns.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -10,9 +11,13 @@ use super::error::{Error, Result};
 
 /// When an operation should give up. The default never cancels.
 ///
-/// It is checked only before the commit point: once the swap has happened
-/// the operation always runs to its end (the commit fsync and cleanup), so a
-/// cancellation can never leave a change half-reported.
+/// It is checked before the commit point and during the cleanup after it,
+/// never in between: once the swap has happened the operation always
+/// reaches its commit fsync, so a cancellation can never leave a change
+/// half-reported. After the commit, a cancellation only cuts the removal of
+/// the old tree short (the operation still succeeds; the rest is a
+/// leftover removed by the next operation or `recover`). Reads and walks
+/// that change nothing check it too.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cancel<'a> {
     deadline: Option<Instant>,

@@ -18,6 +18,16 @@
 //! operation returns `Ok`, the new contents are durable. An error other than
 //! [`Error::Committed`] means the target was not changed.
 //!
+//! A sync whose target differs in exactly one regular file (bytes and/or
+//! mode, every other file carried) takes the one-file path
+//! (`replace_one.rs`): that file alone is renamed over inside the target,
+//! and the directories are kept rather than swapped. The target is still
+//! old-or-new at every instant (the rename is the one atomic step); what
+//! differs from the full sequence is that a reader holding an fd to the
+//! target sees the new file, and that a temporary name may come back after
+//! a power loss as a second name of the new inode (a leftover recovery
+//! removes).
+//!
 //! # Notes and limitations
 //!
 //! - Linux only: it needs `renameat2(RENAME_EXCHANGE)` (ext4, xfs, btrfs,
