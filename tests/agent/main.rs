@@ -13,6 +13,7 @@ mod contrib;
 mod faults;
 mod once;
 mod sync;
+mod systemd;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
