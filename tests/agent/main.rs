@@ -11,6 +11,7 @@ mod bench;
 mod config_dir;
 mod contrib;
 mod faults;
+mod image;
 mod once;
 mod sync;
 mod systemd;
