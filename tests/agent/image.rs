@@ -252,6 +252,22 @@ fn files(dir: &Path, rel: &Path, out: &mut BTreeSet<PathBuf>) {
     }
 }
 
+/// `contrib/image/build.sh`, exactly as the README runs it, with this test's
+/// binary, component and podman; the build context is kept in `context`.
+fn build(podman: &Podman, tag: &str, context: &Path) {
+    let out = podman
+        .command("bash")
+        .arg(support::workspace_root().join("contrib/image/build.sh"))
+        .env("DURASYNC", support::durasync())
+        .env("COMPONENTS", certsync_wasm())
+        .env("TAG", tag)
+        .env("PODMAN", podman.podman())
+        .env("CONTEXT", context)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "build.sh failed:\n{}", text(&out));
+}
+
 #[test]
 fn the_image_is_built_from_scratch_and_syncs_with_the_daemonsets_mounts_as_root_and_as_its_own_user() {
     if let Some(why) = missing_prerequisite() {
@@ -263,19 +279,8 @@ fn the_image_is_built_from_scratch_and_syncs_with_the_daemonsets_mounts_as_root_
     let work = tempfile::Builder::new().prefix("durasync-image-").tempdir().unwrap();
     let tag = format!("localhost/durasync:test-{}", std::process::id());
 
-    // Build, exactly as the README says, with this test's binary and podman.
     let context = work.path().join("context");
-    let out = podman
-        .command("bash")
-        .arg(support::workspace_root().join("contrib/image/build.sh"))
-        .env("DURASYNC", support::durasync())
-        .env("COMPONENTS", certsync_wasm())
-        .env("TAG", &tag)
-        .env("PODMAN", podman.podman())
-        .env("CONTEXT", &context)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "build.sh failed:\n{}", text(&out));
+    build(&podman, &tag, &context);
 
     // What went in: the binary, the component, passwd/group and exactly the
     // libraries ldd names (the loader included), nothing else.
@@ -406,4 +411,164 @@ fn the_image_is_built_from_scratch_and_syncs_with_the_daemonsets_mounts_as_root_
     let written = node.join(root_in_node).join("secrets/aggregator-client");
     assert_eq!(std::fs::metadata(&written).unwrap().uid(), IMAGE_UID, "not written by the image's user");
     assert_eq!(tree(&node.join(root_in_node)), expected, "the image as {IMAGE_UID} wrote another tree");
+}
+
+/// Debian's `docker-registry` (distribution 2.8) on 127.0.0.1, with its own
+/// config and storage; stopped when dropped.
+struct Registry {
+    child: std::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        // A free port can be taken between asking and binding: retry.
+        for _ in 0..5 {
+            let dir = tempfile::Builder::new().prefix("durasync-registry-").tempdir().unwrap();
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let addr = format!("127.0.0.1:{port}");
+            let config = dir.path().join("config.yml");
+            std::fs::write(
+                &config,
+                format!(
+                    "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                     http:\n  addr: {addr}\n",
+                    dir.path().join("storage").display()
+                ),
+            )
+            .unwrap();
+            let log = std::fs::File::create(dir.path().join("log")).unwrap();
+            let child = Command::new("docker-registry")
+                .arg("serve")
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            let mut registry = Registry { child, addr, _dir: dir };
+            let start = std::time::Instant::now();
+            while start.elapsed() < super::DEADLINE && registry.child.try_wait().unwrap().is_none() {
+                if std::net::TcpStream::connect(&registry.addr).is_ok()
+                    && super::http_get(&registry.addr, "/v2/").0 == 200
+                {
+                    return registry;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let log = std::fs::read_to_string(registry._dir.path().join("log")).unwrap_or_default();
+            eprintln!("docker-registry on {} did not serve; log:\n{log}", registry.addr);
+        }
+        panic!("docker-registry never served on 127.0.0.1");
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_image_is_pushed_to_a_loopback_registry_and_runs_pulled_by_the_digest_the_daemonset_names() {
+    if let Some(why) = missing_prerequisite() {
+        support::cannot_check(&format!("the_image_is_pushed_to_a_loopback_registry: {why}"));
+        return;
+    }
+    let registry_found = Command::new("sh")
+        .args(["-c", "command -v docker-registry"])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !registry_found {
+        support::cannot_check(
+            "the_image_is_pushed_to_a_loopback_registry: docker-registry is not installed (apt-get install docker-registry)",
+        );
+        return;
+    }
+    let work = tempfile::Builder::new().prefix("durasync-image-").tempdir().unwrap();
+    let builder = Podman::new();
+    let tag = format!("localhost/durasync:test-{}", std::process::id());
+    build(&builder, &tag, &work.path().join("context"));
+    let registry = Registry::start();
+
+    // Push, exactly as the README says: the pinned reference comes back.
+    let dest = format!("{}/durasync:{}", registry.addr, env!("CARGO_PKG_VERSION"));
+    let out = builder
+        .command("bash")
+        .arg(support::workspace_root().join("contrib/image/push.sh"))
+        .arg(&tag)
+        .arg(&dest)
+        .env("PODMAN", builder.podman())
+        .env("PUSH_FLAGS", "--tls-verify=false")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "push.sh failed:\n{}", text(&out));
+    let reference = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let prefix = format!("{}/durasync@sha256:", registry.addr);
+    let hex = reference.strip_prefix(&prefix).unwrap_or_else(|| panic!("push.sh printed {reference:?}"));
+    assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{reference}");
+
+    // The registry serves that manifest under the tag.
+    let mut stream = std::net::TcpStream::connect(&registry.addr).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "HEAD /v2/durasync/manifests/{} HTTP/1.0\r\nHost: {}\r\nAccept: application/vnd.oci.image.manifest.v1+json\r\n\r\n",
+        env!("CARGO_PKG_VERSION"),
+        registry.addr
+    )
+    .unwrap();
+    let mut head = String::new();
+    stream.read_to_string(&mut head).unwrap();
+    assert!(
+        head.to_ascii_lowercase().contains(&format!("docker-content-digest: sha256:{hex}")),
+        "the registry's tag is not {reference}:\n{head}"
+    );
+
+    // A node with empty storage pulls by digest (podman checks the bytes
+    // against it) and runs it.
+    let node = Podman::new();
+    let out = node.run(&["pull".into(), "--quiet".into(), "--tls-verify=false".into(), reference.clone()]);
+    assert!(out.status.success(), "podman pull {reference}:\n{}", text(&out));
+    let out = node.run(
+        &["run", "--rm", "--network=none", "--cgroups=disabled", "--read-only", &reference, "--version"]
+            .map(String::from),
+    );
+    assert!(out.status.success(), "podman run {reference}:\n{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("durasync {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // The DaemonSet with that reference, as the README renders it, is valid.
+    let yaml =
+        std::fs::read_to_string(support::workspace_root().join("contrib/kubernetes/daemonset.yaml")).unwrap();
+    let ds = daemonset();
+    assert_eq!(yaml.matches(&format!("image: {}", ds.image)).count(), 1);
+    let rendered = work.path().join("daemonset.yaml");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("sed \"s#image: registry.example.com/durasync:.*#image: $1#\" \"$2\" > \"$3\"")
+        .args(["sh", &reference])
+        .arg(support::workspace_root().join("contrib/kubernetes/daemonset.yaml"))
+        .arg(&rendered)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let rendered_text = std::fs::read_to_string(&rendered).unwrap();
+    assert!(rendered_text.contains(&format!("image: {reference}\n")), "{rendered_text}");
+    let validate = Command::new("kubernetes-validate").arg("--strict").arg(&rendered).output();
+    match validate {
+        Ok(out) => assert!(
+            out.status.success(),
+            "kubernetes-validate --strict on the pinned DaemonSet:\n{}",
+            text(&out)
+        ),
+        Err(e) => support::cannot_check(&format!(
+            "the pinned DaemonSet is not validated: kubernetes-validate cannot run ({e}; pip install kubernetes-validate)"
+        )),
+    }
 }
