@@ -106,6 +106,17 @@ fn unmount_beneath(dir: &Path) {
     }
 }
 
+/// The README's "Install the unit" commands, as a script run from a
+/// checkout at /src.
+fn readme_install_commands() -> String {
+    let readme = std::fs::read_to_string(support::workspace_root().join("README.md")).unwrap();
+    let start = readme.find("```sh\n# Install the unit\n").expect("README: no \"# Install the unit\" block");
+    let block = &readme[start + "```sh\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    assert!(block.contains("systemctl enable --now durasync-agent"), "{block}");
+    format!("set -eux\ncd /src\n{block}")
+}
+
 /// A node to boot: the files bind-mounted into it and its `/etc/kubernetes`.
 struct Node {
     tmp: tempfile::TempDir,
@@ -129,6 +140,7 @@ impl Node {
             .unwrap();
         let wasm = certsync_wasm();
         std::fs::write(test.join("certsync.sha256"), sha256_of(&wasm)).unwrap();
+        std::fs::write(test.join("install.sh"), readme_install_commands()).unwrap();
         for g in 1..=3 {
             std::fs::write(test.join(format!("gen{g}.json")), list(g)).unwrap();
         }
@@ -166,10 +178,21 @@ impl Node {
             .args(["-b", "--register=no", "--keep-unit", "--private-network", "-q", "--console=read-only"])
             // The cached tree stays pristine: every write goes to a tmpfs.
             .arg("--volatile=overlay")
-            // Exactly as shipped: the unit file itself, read-only.
-            .arg(bind(&unit, "/etc/systemd/system/durasync-agent.service", true))
-            .arg(bind(&support::durasync(), "/usr/local/bin/durasync", true))
-            .arg(bind(&certsync_wasm(), "/usr/lib/durasync/certsync.wasm", true))
+            .args(if mode == "bare" {
+                // A checkout at /src (the README's commands install from it)…
+                vec![
+                    bind(&unit, "/src/contrib/systemd/durasync-agent.service", true),
+                    bind(&support::durasync(), "/src/target/release/durasync", true),
+                    bind(&certsync_wasm(), "/src/target/wasm/wasm32-wasip2/release/certsync.wasm", true),
+                ]
+            } else {
+                // … or installed: the unit exactly as shipped, read-only.
+                vec![
+                    bind(&unit, "/etc/systemd/system/durasync-agent.service", true),
+                    bind(&support::durasync(), "/usr/local/bin/durasync", true),
+                    bind(&certsync_wasm(), "/usr/lib/durasync/certsync.wasm", true),
+                ]
+            })
             .arg(bind(&self.path("test"), "/durasync-test", true))
             .arg(bind(&self.path("test/node-test.service"), "/etc/systemd/system/node-test.service", true))
             .arg(bind(&self.path("results"), "/results", false))
@@ -264,7 +287,11 @@ fn the_unit_starts_on_a_node_without_the_optional_kubernetes_directories() {
     boot_and_check(
         &node,
         "bare",
-        &["without-dash-fails-226", "starts-without-kubernetes-dirs", "starts-without-manifests-dir"],
+        &[
+            "installed-by-readme-starts-without-kubernetes-dirs",
+            "without-dash-fails-226",
+            "starts-without-manifests-dir",
+        ],
     );
     let kube = node.path("kubernetes");
     assert_eq!(generation_of(&kube.join("static-pod-resources/certs"), 0), Some(1));

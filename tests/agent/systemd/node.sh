@@ -1,13 +1,16 @@
 #!/bin/bash
 # Runs inside a Debian rootfs booted by systemd-nspawn (systemd 252 as PID 1),
 # as a oneshot unit; tests/agent/systemd.rs drives it and reads /results/log.
-# The shipped unit is bind-mounted read-only at
+# control-plane: the shipped unit is bind-mounted read-only at
 # /etc/systemd/system/durasync-agent.service, the test-built binary at
 # /usr/local/bin/durasync, the certsync component at
-# /usr/lib/durasync/certsync.wasm, the node's /etc/kubernetes from the host.
+# /usr/lib/durasync/certsync.wasm; bare: the same files in a checkout at /src.
+# The node's /etc/kubernetes comes from the host.
 #
 #   node.sh control-plane   /etc/kubernetes/{static-pod-resources,manifests} exist
-#   node.sh bare            /etc/kubernetes is empty (a worker, or before set-up)
+#   node.sh bare            /etc/kubernetes is empty (a worker, or before set-up);
+#                           the unit is installed by the README's commands
+#                           ($T/install.sh) from a checkout at /src
 #
 # Every check prints `ok: ID` (the driver requires each ID) or `FAIL: …`
 # and exits non-zero. Waits poll and are bounded (a failure bound, never a
@@ -213,8 +216,19 @@ control_plane() {
 }
 
 bare() {
-    mkdir -p $RUN /etc/durasync/agent.d
+    mkdir -p $RUN
     [ -z "$(ls -A /etc/kubernetes)" ] || fail "/etc/kubernetes is not empty: $(ls -A /etc/kubernetes)"
+    # The README's commands, from a checkout at /src: the unit starts with
+    # no /etc/kubernetes directory at all and no instance.
+    bash $T/install.sh >/results/install.log 2>&1 || fail "the README's install commands: $(cat /results/install.log)"
+    cmp /src/contrib/systemd/$UNIT.service /etc/systemd/system/$UNIT.service || fail "the installed unit differs"
+    is ActiveState active || fail "ActiveState=$(prop ActiveState)"
+    [ "$(prop StatusText)" = "0 instances, 0 ready, 0 not ready" ] || fail "StatusText=$(prop StatusText)"
+    [ "$(systemctl is-enabled $UNIT)" = enabled ] || fail "not enabled"
+    systemctl stop $UNIT
+    [ "$(prop Result)" = success ] || fail "Result=$(prop Result)"
+    ok installed-by-readme-starts-without-kubernetes-dirs
+
     # Without the `-` prefixes, the unit cannot start here: the driver's
     # regression check that this node reproduces the failure.
     sed -E '/^ReadWritePaths=/ s#(=| )-/#\1/#g' \
@@ -228,17 +242,8 @@ bare() {
     systemctl stop $UNIT-nodash
     ok without-dash-fails-226
 
-    # The shipped unit starts with no /etc/kubernetes directory at all and
-    # no instance…
-    systemctl start $UNIT || fail "systemctl start on a bare node"
-    is ActiveState active || fail "ActiveState=$(prop ActiveState)"
-    [ "$(prop StatusText)" = "0 instances, 0 ready, 0 not ready" ] || fail "StatusText=$(prop StatusText)"
-    systemctl stop $UNIT
-    [ "$(prop Result)" = success ] || fail "Result=$(prop Result)"
-    ok starts-without-kubernetes-dirs
-
-    # … and with static-pod-resources but no manifests (a worker, or before
-    # the control plane is set up), it syncs into it.
+    # With static-pod-resources but no manifests (a worker, or before the
+    # control plane is set up), it syncs into it.
     mkdir -p $SPR/certs
     set_input certs 1
     manifest_file_input certs $SPR/certs
