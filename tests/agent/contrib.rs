@@ -78,6 +78,10 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
         .unwrap_or_else(|e| panic!("{e}\n{}", block.join("\n")));
     assert_eq!(spec.manifest.sha256, pinned_certsync_sha256(), "contrib/kubernetes pins another certsync");
     assert_eq!(spec.input, Input::File("/var/lib/durasync/kube-apiserver-certs.json".into()));
+    // The component comes with the image (contrib/image/build.sh puts it
+    // there), never in the ConfigMap.
+    assert!(block.contains(&"wasm = \"/usr/lib/durasync/certsync.wasm\""), "{}", block.join("\n"));
+    assert!(!yaml.contains("binaryData"), "the ConfigMap carries binary data");
 
     if !tool("kubernetes-validate", &["--version"]) {
         support::cannot_check(

@@ -204,7 +204,7 @@ control_plane() {
     local pid restarts
     pid=$(prop MainPID)
     restarts=$(prop NRestarts)
-    kill -STOP "$pid"
+    kill -STOP "$pid" || fail "kill -STOP $pid"
     wait_until "the stuck agent is restarted" \
         sh -c "[ \"\$(systemctl show -p NRestarts --value $UNIT)\" -gt $restarts ] &&
                [ \"\$(systemctl show -p MainPID --value $UNIT)\" != $pid ] &&
