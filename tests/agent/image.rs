@@ -548,13 +548,22 @@ fn the_image_is_pushed_to_a_loopback_registry_and_runs_pulled_by_the_digest_the_
         std::fs::read_to_string(support::workspace_root().join("contrib/kubernetes/daemonset.yaml")).unwrap();
     let ds = daemonset();
     assert_eq!(yaml.matches(&format!("image: {}", ds.image)).count(), 1);
-    let rendered = work.path().join("daemonset.yaml");
+    // The README's own `sed` line, run in a directory whose `contrib` is
+    // this checkout's, with `ref` set as push.sh printed it.
+    let readme = std::fs::read_to_string(support::workspace_root().join("README.md")).unwrap();
+    let sed_line = readme
+        .lines()
+        .find(|l| l.starts_with("sed \"s#image: registry.example.com/durasync:"))
+        .expect("README: no sed line pinning the DaemonSet");
+    let cwd = work.path().join("apply");
+    std::fs::create_dir(&cwd).unwrap();
+    std::os::unix::fs::symlink(support::workspace_root().join("contrib"), cwd.join("contrib")).unwrap();
+    let rendered = cwd.join("daemonset.yaml");
     let out = Command::new("sh")
         .arg("-c")
-        .arg("sed \"s#image: registry.example.com/durasync:.*#image: $1#\" \"$2\" > \"$3\"")
+        .arg(format!("set -e; ref=\"$1\"; {sed_line}"))
         .args(["sh", &reference])
-        .arg(support::workspace_root().join("contrib/kubernetes/daemonset.yaml"))
-        .arg(&rendered)
+        .current_dir(&cwd)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
