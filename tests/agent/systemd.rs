@@ -62,48 +62,79 @@ fn rootfs() -> PathBuf {
     let root = dir.join(SUITE);
     let lock = std::fs::File::create(dir.join(".lock")).unwrap();
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
-    if root.join("usr/lib/os-release").is_file() {
-        return root;
-    }
-    // Leftovers of a build that did not finish (ours, killed): debootstrap
-    // mounts /proc and /sys inside its target, so detach those first.
+    // Leftovers of a build that did not finish (killed: the lock is ours,
+    // so no build is running).
     for e in std::fs::read_dir(&dir).unwrap() {
         let path = e.unwrap().path();
         if path.file_name().unwrap().to_string_lossy().starts_with(&format!("{SUITE}.partial-")) {
-            unmount_beneath(&path);
-            std::fs::remove_dir_all(&path).unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
+            remove_partial(&path);
         }
+    }
+    if root.join("usr/lib/os-release").is_file() {
+        return root;
     }
     let partial = dir.join(format!("{SUITE}.partial-{}", std::process::id()));
     let start = Instant::now();
-    let out = Command::new("debootstrap")
-        .args(["--variant=minbase", "--include=systemd,systemd-sysv,dbus,procps", SUITE])
-        .arg(&partial)
-        .arg(MIRROR)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "debootstrap failed ({}); the partial tree stays at {} and is removed by the next run:\n{}{}",
-        out.status,
-        partial.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Three tries: a mirror's hiccup must not fail the suite; a failed try's
+    // tree is removed before the next.
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        // `timeout`: a stalled download fails the try instead of the suite's clock.
+        let out = Command::new("timeout")
+            .args([
+                "600",
+                "debootstrap",
+                "--variant=minbase",
+                "--include=systemd,systemd-sysv,dbus,procps",
+                SUITE,
+            ])
+            .arg(&partial)
+            .arg(MIRROR)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        failures.push(format!(
+            "debootstrap failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+        if partial.exists() {
+            remove_partial(&partial);
+        }
+    }
+    assert!(failures.len() < 3, "{}", failures.join("\n"));
     std::fs::rename(&partial, &root).unwrap();
     eprintln!("debootstrap {SUITE} into {}: {:.1} s", root.display(), start.elapsed().as_secs_f64());
     root
 }
 
-/// Detach every mount at or beneath `dir`, deepest first.
-fn unmount_beneath(dir: &Path) {
+/// The mount points at or beneath `dir`, deepest first.
+fn mounts_beneath(dir: &Path) -> Vec<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let mut points: Vec<&str> =
-        info.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| Path::new(p).starts_with(dir)).collect();
+    let mut points: Vec<String> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| Path::new(p).starts_with(dir))
+        .map(str::to_owned)
+        .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in points {
-        let _ = Command::new("umount").arg("--lazy").arg(p).status();
+    points
+}
+
+/// Remove a debootstrap target that did not finish. debootstrap mounts
+/// /proc and /sys (and may bind the host's /dev) inside it: detach those
+/// first, and never remove while anything is still mounted there (that
+/// would delete through the mount).
+fn remove_partial(dir: &Path) {
+    for p in mounts_beneath(dir) {
+        let _ = Command::new("umount").arg("--lazy").arg(&p).status();
     }
+    let left = mounts_beneath(dir);
+    assert!(left.is_empty(), "cannot remove {}: still mounted beneath it: {left:?}", dir.display());
+    std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
 }
 
 /// The README's "Install the unit" commands, as a script run from a
