@@ -36,7 +36,7 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     }
     let unit = std::fs::read_to_string(contrib("systemd/durasync-agent.service")).unwrap();
     assert!(unit.contains("\nType=notify\n") && unit.contains("\nWatchdogSec="), "{unit}");
-    assert!(unit.contains("\nExecReload=/bin/kill -HUP $MAINPID\n"), "{unit}");
+    assert!(unit.contains("\nExecReload=/bin/sh -c 'kill -HUP $MAINPID'\n"), "{unit}");
     // verify checks that ExecStart's binary exists: point it at this build.
     let tmp = tempfile::tempdir().unwrap();
     let copy = tmp.path().join("durasync-agent.service");
@@ -78,6 +78,10 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
         .unwrap_or_else(|e| panic!("{e}\n{}", block.join("\n")));
     assert_eq!(spec.manifest.sha256, pinned_certsync_sha256(), "contrib/kubernetes pins another certsync");
     assert_eq!(spec.input, Input::File("/var/lib/durasync/kube-apiserver-certs.json".into()));
+    // The component comes with the image (contrib/image/build.sh puts it
+    // there), never in the ConfigMap.
+    assert!(block.contains(&"wasm = \"/usr/lib/durasync/certsync.wasm\""), "{}", block.join("\n"));
+    assert!(!yaml.contains("binaryData"), "the ConfigMap carries binary data");
 
     if !tool("kubernetes-validate", &["--version"]) {
         support::cannot_check(

@@ -12,8 +12,10 @@ mod config_dir;
 mod contrib;
 mod faults;
 mod hardening;
+mod image;
 mod once;
 mod sync;
+mod systemd;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,0 +1,583 @@
+//! The agent's container image, built by `contrib/image/build.sh` from the
+//! test-built `durasync` with no base image, run by podman the way the
+//! DaemonSet (`contrib/kubernetes/daemonset.yaml`) runs it: its args plus
+//! `--once`, its env, its volume mounts (the ConfigMap's manifest as the
+//! config dir, hostPath inputs and roots from a node directory, an emptyDir
+//! cache) and its securityContext. What it writes must equal what the native
+//! binary writes from the same manifest and input.
+//!
+//! Podman 4.3 on these machines (root, cgroup v1 with a cgroup2 `unified`
+//! mount): every podman call runs in a private mount namespace with that
+//! mount detached ("cgroups in hybrid mode not supported"), with a
+//! containers.conf lowering the default ulimits (crun cannot raise
+//! RLIMIT_NOFILE past the caller's), and `--network=none --cgroups=disabled`.
+//! Needs root and podman; without them `support::cannot_check`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use super::{certsync_wasm, strip_ansi, support};
+
+/// The non-root user the image runs as by default (build.sh's USER).
+const IMAGE_UID: u32 = 65532;
+
+fn missing_prerequisite() -> Option<String> {
+    if !rustix::process::geteuid().is_root() {
+        return Some("podman run with host mounts and a private mount namespace needs root".into());
+    }
+    for (tool, package) in [("podman", "podman"), ("unshare", "util-linux"), ("ldd", "libc-bin")] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Some(format!("{tool} is not installed (apt-get install {package})"));
+        }
+    }
+    None
+}
+
+/// Podman with its own storage, run root and containers.conf, in a tempdir.
+struct Podman {
+    tmp: tempfile::TempDir,
+}
+
+impl Podman {
+    fn new() -> Podman {
+        let tmp = tempfile::Builder::new().prefix("durasync-podman-").tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("containers.conf"),
+            "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n",
+        )
+        .unwrap();
+        Podman { tmp }
+    }
+
+    /// The podman command line build.sh is given as `PODMAN`.
+    fn podman(&self) -> String {
+        let p = self.tmp.path();
+        format!("podman --root {}/root --runroot {}/run", p.display(), p.display())
+    }
+
+    /// `program args…` in a private mount namespace without the cgroup2
+    /// `unified` mount, with this podman's containers.conf.
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation=private",
+            "sh",
+            "-c",
+            "! mountpoint -q /sys/fs/cgroup/unified || umount /sys/fs/cgroup/unified || exit 125; exec \"$@\"",
+            "sh",
+            program,
+        ]);
+        cmd.env("CONTAINERS_CONF", self.tmp.path().join("containers.conf"));
+        cmd
+    }
+
+    /// `podman ARGS`, with this podman's storage.
+    fn run(&self, args: &[String]) -> Output {
+        let mut cmd = self.command("podman");
+        let p = self.tmp.path();
+        cmd.arg("--root").arg(p.join("root")).arg("--runroot").arg(p.join("run")).args(args);
+        cmd.output().unwrap()
+    }
+}
+
+fn text(out: &Output) -> String {
+    strip_ansi(&format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The DaemonSet as far as running its container goes: read with a small
+/// line reader of the file's own layout (the file is ours; kubernetes-validate
+/// checks it is valid, tests/agent/contrib.rs).
+#[derive(Debug, Default)]
+struct DaemonSet {
+    image: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// (volume name, mountPath, readOnly)
+    mounts: Vec<(String, String, bool)>,
+    /// volume name → hostPath path, `configMap:NAME` or `emptyDir`.
+    volumes: BTreeMap<String, String>,
+    /// The ConfigMap's data: file name → contents.
+    config_map: BTreeMap<String, String>,
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// The lines of the block under the key line `key:` (the first one at any
+/// indentation), as (indentation, trimmed text).
+fn block<'a>(lines: &[&'a str], key: &str) -> Vec<(usize, &'a str)> {
+    let at =
+        lines.iter().position(|l| l.trim() == key).unwrap_or_else(|| panic!("no {key} in the DaemonSet"));
+    let base = indent(lines[at]);
+    lines[at + 1..]
+        .iter()
+        .take_while(|l| {
+            l.trim().is_empty() || indent(l) > base || l.trim_start().starts_with("- ") && indent(l) == base
+        })
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .map(|l| (indent(l), l.trim()))
+        .collect()
+}
+
+/// `block` split into list items (each starting with `- `), each a map of
+/// its `key: value` lines, nested keys flattened to `outer.inner`.
+fn items(block: &[(usize, &str)]) -> Vec<BTreeMap<String, String>> {
+    let mut out: Vec<BTreeMap<String, String>> = Vec::new();
+    let mut outer: Option<(usize, String)> = None;
+    for (ind, line) in block {
+        let (ind, line) = match line.strip_prefix("- ") {
+            Some(rest) => {
+                out.push(BTreeMap::new());
+                outer = None;
+                (ind + 2, rest)
+            }
+            None => (*ind, *line),
+        };
+        let Some(map) = out.last_mut() else { continue };
+        let (k, v) = line.split_once(':').unwrap_or((line, ""));
+        let v = v.trim().trim_matches('"');
+        if outer.as_ref().is_some_and(|(i, _)| ind <= *i) {
+            outer = None;
+        }
+        let key = match &outer {
+            Some((_, o)) => format!("{o}.{k}"),
+            None => k.to_owned(),
+        };
+        if v.is_empty() {
+            outer = Some((ind, key.clone()));
+        }
+        map.insert(key, v.to_owned());
+    }
+    out
+}
+
+fn daemonset() -> DaemonSet {
+    let yaml =
+        std::fs::read_to_string(support::workspace_root().join("contrib/kubernetes/daemonset.yaml")).unwrap();
+    let lines: Vec<&str> = yaml.lines().collect();
+    let mut ds = DaemonSet::default();
+    let image =
+        lines.iter().find_map(|l| l.trim().strip_prefix("image: ")).expect("no image: in the DaemonSet");
+    ds.image = image.to_owned();
+    ds.args = block(&lines, "args:").iter().map(|(_, l)| l.strip_prefix("- ").unwrap().to_owned()).collect();
+    for item in items(&block(&lines, "env:")) {
+        ds.env.push((item["name"].clone(), item["value"].clone()));
+    }
+    for item in items(&block(&lines, "volumeMounts:")) {
+        let ro = item.get("readOnly").is_some_and(|v| v == "true");
+        ds.mounts.push((item["name"].clone(), item["mountPath"].clone(), ro));
+    }
+    for item in items(&block(&lines, "volumes:")) {
+        let source = if let Some(p) = item.get("hostPath.path") {
+            p.clone()
+        } else if let Some(n) = item.get("configMap.name") {
+            format!("configMap:{n}")
+        } else if item.contains_key("emptyDir") {
+            "emptyDir".into()
+        } else {
+            panic!("a volume of a kind this test does not mount: {item:?}");
+        };
+        ds.volumes.insert(item["name"].clone(), source);
+    }
+    // The ConfigMap's data: `name: |` blocks.
+    let data = block(&lines, "data:");
+    let mut current: Option<(String, usize)> = None;
+    for l in yaml[yaml.find("\ndata:\n").unwrap() + 7..].lines() {
+        if !l.trim().is_empty() && indent(l) == 0 {
+            break;
+        }
+        if let Some(name) = l.trim().strip_suffix(": |").filter(|_| indent(l) == data[0].0) {
+            current = Some((name.to_owned(), indent(l) + 2));
+            ds.config_map.insert(name.to_owned(), String::new());
+        } else if let Some((name, ind)) = &current
+            && (l.trim().is_empty() || indent(l) >= *ind)
+        {
+            let body = ds.config_map.get_mut(name).unwrap();
+            body.push_str(l.get(*ind..).unwrap_or(""));
+            body.push('\n');
+        }
+    }
+    ds
+}
+
+/// A node's file system for the DaemonSet's volumes: hostPath `P` is
+/// `node/P`, the ConfigMap's data is `node/configmap/`, an emptyDir is
+/// `node/emptydir/NAME`. Returns podman's `-v` arguments.
+fn node_volumes(ds: &DaemonSet, node: &Path) -> Vec<String> {
+    let mut args = Vec::new();
+    for (name, mount_path, ro) in &ds.mounts {
+        let source = &ds.volumes[name];
+        let host = if source.starts_with("configMap:") {
+            let dir = node.join("configmap");
+            std::fs::create_dir_all(&dir).unwrap();
+            for (file, body) in &ds.config_map {
+                std::fs::write(dir.join(file), body).unwrap();
+            }
+            dir
+        } else if source == "emptyDir" {
+            node.join("emptydir").join(name)
+        } else {
+            node.join(source.trim_start_matches('/'))
+        };
+        std::fs::create_dir_all(&host).unwrap();
+        args.push(format!("--volume={}:{mount_path}{}", host.display(), if *ro { ":ro" } else { "" }));
+    }
+    args
+}
+
+fn tree(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    support::snapshot::snapshot(root, ".", &mut out);
+    out
+}
+
+/// Every regular file beneath `dir`, relative.
+fn files(dir: &Path, rel: &Path, out: &mut BTreeSet<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            files(&e.path(), &rel.join(e.file_name()), out);
+        } else {
+            out.insert(rel.join(e.file_name()));
+        }
+    }
+}
+
+/// `contrib/image/build.sh`, exactly as the README runs it, with this test's
+/// binary, component and podman; the build context is kept in `context`.
+fn build(podman: &Podman, tag: &str, context: &Path) {
+    let out = podman
+        .command("bash")
+        .arg(support::workspace_root().join("contrib/image/build.sh"))
+        .env("DURASYNC", support::durasync())
+        .env("COMPONENTS", certsync_wasm())
+        .env("TAG", tag)
+        .env("PODMAN", podman.podman())
+        .env("CONTEXT", context)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "build.sh failed:\n{}", text(&out));
+}
+
+#[test]
+fn the_image_is_built_from_scratch_and_syncs_with_the_daemonsets_mounts_as_root_and_as_its_own_user() {
+    if let Some(why) = missing_prerequisite() {
+        support::cannot_check(&format!("the_image_is_built_from_scratch: {why}"));
+        return;
+    }
+    let ds = daemonset();
+    let podman = Podman::new();
+    let work = tempfile::Builder::new().prefix("durasync-image-").tempdir().unwrap();
+    let tag = format!("localhost/durasync:test-{}", std::process::id());
+
+    let context = work.path().join("context");
+    build(&podman, &tag, &context);
+
+    // What went in: the binary, the component, passwd/group and exactly the
+    // libraries ldd names (the loader included), nothing else.
+    let mut got = BTreeSet::new();
+    files(&context.join("rootfs"), Path::new("/"), &mut got);
+    let ldd = Command::new("ldd").arg(support::durasync()).output().unwrap();
+    let mut want: BTreeSet<PathBuf> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(PathBuf::from)
+        .collect();
+    assert!(!want.is_empty(), "ldd names no library: {}", String::from_utf8_lossy(&ldd.stdout));
+    for f in ["/usr/local/bin/durasync", "/usr/lib/durasync/certsync.wasm", "/etc/passwd", "/etc/group"] {
+        want.insert(f.into());
+    }
+    assert_eq!(got, want, "the image's files");
+    let wasm_in_image = context.join("rootfs/usr/lib/durasync/certsync.wasm");
+    assert_eq!(std::fs::read(&wasm_in_image).unwrap(), std::fs::read(certsync_wasm()).unwrap());
+
+    // One layer (FROM scratch), its user, labels and entrypoint.
+    let out = podman.run(&["image".into(), "inspect".into(), tag.clone()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let inspect: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let image = &inspect[0];
+    assert_eq!(image["RootFS"]["Layers"].as_array().map(Vec::len), Some(1), "{image:#}");
+    assert_eq!(image["Config"]["User"], format!("{IMAGE_UID}:{IMAGE_UID}"));
+    assert_eq!(image["Config"]["Entrypoint"][0], "/usr/local/bin/durasync");
+    let labels = &image["Config"]["Labels"];
+    assert_eq!(labels["org.opencontainers.image.version"], env!("CARGO_PKG_VERSION"), "{labels:#}");
+    assert_eq!(labels["org.opencontainers.image.base.name"], "scratch");
+    assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+    assert_eq!(labels["org.opencontainers.image.revision"].as_str().map(str::len), Some(40), "{labels:#}");
+
+    // The DaemonSet's container, as podman flags: its securityContext…
+    let yaml =
+        std::fs::read_to_string(support::workspace_root().join("contrib/kubernetes/daemonset.yaml")).unwrap();
+    for setting in [
+        "runAsUser: 0",
+        "allowPrivilegeEscalation: false",
+        "readOnlyRootFilesystem: true",
+        "drop: [\"ALL\"]",
+        "type: RuntimeDefault",
+    ] {
+        assert!(yaml.contains(setting), "the DaemonSet's securityContext lost {setting:?}");
+    }
+    assert!(ds.image.starts_with("registry.example.com/durasync:"), "{}", ds.image);
+    let input_name = "kube-apiserver-certs.json";
+    let manifest = &ds.config_map["kube-apiserver-certs.toml"];
+    assert!(manifest.contains(&format!("file = \"/var/lib/durasync/{input_name}\"")), "{manifest}");
+    let root_in_node = "etc/kubernetes/static-pod-resources/kube-apiserver-certs";
+    assert!(manifest.contains(&format!("path = \"/{root_in_node}\"")), "{manifest}");
+
+    let run_once = |node: &Path, user: Option<u32>| -> Output {
+        let example = support::workspace_root().join("plugins/certsync/example/list.json");
+        let inputs = node.join("var/lib/durasync");
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::copy(&example, inputs.join(input_name)).unwrap();
+        std::fs::create_dir_all(node.join(root_in_node)).unwrap();
+        let mut args: Vec<String> =
+            ["run", "--rm", "--network=none", "--cgroups=disabled", "--read-only"].map(String::from).into();
+        args.extend(["--cap-drop=all".into(), "--security-opt=no-new-privileges".into()]);
+        if let Some(uid) = user {
+            args.push(format!("--user={uid}"));
+        }
+        for (k, v) in &ds.env {
+            args.push(format!("--env={k}={v}"));
+        }
+        args.extend(node_volumes(&ds, node));
+        if user.is_none() {
+            // The roots and the cache belong to the image's user.
+            for dir in [node.join(root_in_node), node.join("emptydir/cache")] {
+                std::os::unix::fs::chown(&dir, Some(IMAGE_UID), Some(IMAGE_UID)).unwrap();
+            }
+        }
+        args.push(tag.clone());
+        args.extend(ds.args.iter().cloned());
+        args.push("--once".into());
+        podman.run(&args)
+    };
+
+    // The reference: the native binary on the same manifest and input.
+    let native = work.path().join("native");
+    let native_root = native.join("root");
+    std::fs::create_dir_all(&native_root).unwrap();
+    std::fs::create_dir(native.join("agent.d")).unwrap();
+    std::fs::write(
+        native.join("agent.d/kube-apiserver-certs.toml"),
+        manifest
+            .replace("/usr/lib/durasync/certsync.wasm", &certsync_wasm().display().to_string())
+            .replace(&format!("/{root_in_node}"), &native_root.display().to_string())
+            .replace(
+                "/var/lib/durasync/",
+                &format!("{}/", support::workspace_root().join("plugins/certsync/example").display()),
+            )
+            .replace(input_name, "list.json"),
+    )
+    .unwrap();
+    let out = Command::new(support::durasync())
+        .arg("agent")
+        .arg("--config-dir")
+        .arg(native.join("agent.d"))
+        .args(["--once", "--no-cache"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the native agent failed:\n{}", text(&out));
+    let expected = tree(&native_root);
+    assert!(expected.keys().any(|k| k.starts_with("./secrets/aggregator-client/")), "{expected:#?}");
+
+    // As the DaemonSet runs it: root without capabilities, read-only image.
+    let node = work.path().join("node-root");
+    let out = run_once(&node, Some(0));
+    assert!(out.status.success(), "podman run as root:\n{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok kube-apiserver-certs:"),
+        "podman run as root:\n{}",
+        text(&out)
+    );
+    assert_eq!(tree(&node.join(root_in_node)), expected, "the image as root wrote another tree");
+    assert!(
+        node.join("emptydir/cache/durasync").is_dir(),
+        "the compile cache was not written to the emptyDir"
+    );
+
+    // As the image's own user, on roots that user owns.
+    let node = work.path().join("node-user");
+    let out = run_once(&node, None);
+    assert!(out.status.success(), "podman run as {IMAGE_UID}:\n{}", text(&out));
+    let written = node.join(root_in_node).join("secrets/aggregator-client");
+    assert_eq!(std::fs::metadata(&written).unwrap().uid(), IMAGE_UID, "not written by the image's user");
+    assert_eq!(tree(&node.join(root_in_node)), expected, "the image as {IMAGE_UID} wrote another tree");
+}
+
+/// Debian's `docker-registry` (distribution 2.8) on 127.0.0.1, with its own
+/// config and storage; stopped when dropped.
+struct Registry {
+    child: std::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        // A free port can be taken between asking and binding: retry.
+        for _ in 0..5 {
+            let dir = tempfile::Builder::new().prefix("durasync-registry-").tempdir().unwrap();
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let addr = format!("127.0.0.1:{port}");
+            let config = dir.path().join("config.yml");
+            std::fs::write(
+                &config,
+                format!(
+                    "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                     http:\n  addr: {addr}\n",
+                    dir.path().join("storage").display()
+                ),
+            )
+            .unwrap();
+            let log = std::fs::File::create(dir.path().join("log")).unwrap();
+            let child = Command::new("docker-registry")
+                .arg("serve")
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            let mut registry = Registry { child, addr, _dir: dir };
+            let start = std::time::Instant::now();
+            while start.elapsed() < super::DEADLINE && registry.child.try_wait().unwrap().is_none() {
+                if std::net::TcpStream::connect(&registry.addr).is_ok()
+                    && super::http_get(&registry.addr, "/v2/").0 == 200
+                {
+                    return registry;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let log = std::fs::read_to_string(registry._dir.path().join("log")).unwrap_or_default();
+            eprintln!("docker-registry on {} did not serve; log:\n{log}", registry.addr);
+        }
+        panic!("docker-registry never served on 127.0.0.1");
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_image_is_pushed_to_a_loopback_registry_and_runs_pulled_by_the_digest_the_daemonset_names() {
+    if let Some(why) = missing_prerequisite() {
+        support::cannot_check(&format!("the_image_is_pushed_to_a_loopback_registry: {why}"));
+        return;
+    }
+    let registry_found = Command::new("sh")
+        .args(["-c", "command -v docker-registry"])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !registry_found {
+        support::cannot_check(
+            "the_image_is_pushed_to_a_loopback_registry: docker-registry is not installed (apt-get install docker-registry)",
+        );
+        return;
+    }
+    let work = tempfile::Builder::new().prefix("durasync-image-").tempdir().unwrap();
+    let builder = Podman::new();
+    let tag = format!("localhost/durasync:test-{}", std::process::id());
+    build(&builder, &tag, &work.path().join("context"));
+    let registry = Registry::start();
+
+    // Push, exactly as the README says: the pinned reference comes back.
+    let dest = format!("{}/durasync:{}", registry.addr, env!("CARGO_PKG_VERSION"));
+    let out = builder
+        .command("bash")
+        .arg(support::workspace_root().join("contrib/image/push.sh"))
+        .arg(&tag)
+        .arg(&dest)
+        .env("PODMAN", builder.podman())
+        .env("PUSH_FLAGS", "--tls-verify=false")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "push.sh failed:\n{}", text(&out));
+    let reference = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let prefix = format!("{}/durasync@sha256:", registry.addr);
+    let hex = reference.strip_prefix(&prefix).unwrap_or_else(|| panic!("push.sh printed {reference:?}"));
+    assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{reference}");
+
+    // The registry serves that manifest under the tag.
+    let mut stream = std::net::TcpStream::connect(&registry.addr).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "HEAD /v2/durasync/manifests/{} HTTP/1.0\r\nHost: {}\r\nAccept: application/vnd.oci.image.manifest.v1+json\r\n\r\n",
+        env!("CARGO_PKG_VERSION"),
+        registry.addr
+    )
+    .unwrap();
+    let mut head = String::new();
+    stream.read_to_string(&mut head).unwrap();
+    assert!(
+        head.to_ascii_lowercase().contains(&format!("docker-content-digest: sha256:{hex}")),
+        "the registry's tag is not {reference}:\n{head}"
+    );
+
+    // A node with empty storage pulls by digest (podman checks the bytes
+    // against it) and runs it.
+    let node = Podman::new();
+    let out = node.run(&["pull".into(), "--quiet".into(), "--tls-verify=false".into(), reference.clone()]);
+    assert!(out.status.success(), "podman pull {reference}:\n{}", text(&out));
+    let out = node.run(
+        &["run", "--rm", "--network=none", "--cgroups=disabled", "--read-only", &reference, "--version"]
+            .map(String::from),
+    );
+    assert!(out.status.success(), "podman run {reference}:\n{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("durasync {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // The DaemonSet with that reference, as the README renders it, is valid.
+    let yaml =
+        std::fs::read_to_string(support::workspace_root().join("contrib/kubernetes/daemonset.yaml")).unwrap();
+    let ds = daemonset();
+    assert_eq!(yaml.matches(&format!("image: {}", ds.image)).count(), 1);
+    // The README's own `sed` line, run in a directory whose `contrib` is
+    // this checkout's, with `ref` set as push.sh printed it.
+    let readme = std::fs::read_to_string(support::workspace_root().join("README.md")).unwrap();
+    let sed_line = readme
+        .lines()
+        .find(|l| l.starts_with("sed \"s#image: registry.example.com/durasync:"))
+        .expect("README: no sed line pinning the DaemonSet");
+    let cwd = work.path().join("apply");
+    std::fs::create_dir(&cwd).unwrap();
+    std::os::unix::fs::symlink(support::workspace_root().join("contrib"), cwd.join("contrib")).unwrap();
+    let rendered = cwd.join("daemonset.yaml");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("set -e; ref=\"$1\"; {sed_line}"))
+        .args(["sh", &reference])
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let rendered_text = std::fs::read_to_string(&rendered).unwrap();
+    assert!(rendered_text.contains(&format!("image: {reference}\n")), "{rendered_text}");
+    let validate = Command::new("kubernetes-validate").arg("--strict").arg(&rendered).output();
+    match validate {
+        Ok(out) => assert!(
+            out.status.success(),
+            "kubernetes-validate --strict on the pinned DaemonSet:\n{}",
+            text(&out)
+        ),
+        Err(e) => support::cannot_check(&format!(
+            "the pinned DaemonSet is not validated: kubernetes-validate cannot run ({e}; pip install kubernetes-validate)"
+        )),
+    }
+}
