@@ -91,7 +91,10 @@ fn wait_blocked(children: &mut [(&str, Child)], lock: &File, round: usize) {
         if children.iter().all(|(_, c)| blocked.contains(&c.id())) {
             return;
         }
-        assert!(start.elapsed() < BLOCKED_WITHIN, "round {round}: never both blocked on the lock: {blocked:?}");
+        assert!(
+            start.elapsed() < BLOCKED_WITHIN,
+            "round {round}: never both blocked on the lock: {blocked:?}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -101,7 +104,8 @@ fn two_processes_syncing_one_target_wait_for_the_lock_and_run_in_turn_leaving_on
     let s = Scratch::new();
     write_tree(&s.join("a"), &source_a(), 0o755);
     write_tree(&s.join("b"), &source_b(), 0o755);
-    let want = [("a", contents(&expected(&source_a(), 0o755))), ("b", contents(&expected(&source_b(), 0o755)))];
+    let want =
+        [("a", contents(&expected(&source_a(), 0o755))), ("b", contents(&expected(&source_b(), 0o755)))];
     let want_start = contents(&expected(&start(), 0o755));
     let mut last = [0usize; 2];
     for round in 0..ROUNDS {

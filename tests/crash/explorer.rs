@@ -123,7 +123,7 @@ pub struct Explorer {
 impl Explorer {
     pub fn new() -> Explorer {
         let base =
-            tempfile::Builder::new().prefix("crash-states-").tempdir_in(crate::tmp_base()).expect("tempdir");
+            tempfile::Builder::new().prefix("crash-states-").tempdir_in(crate::states_base()).expect("tempdir");
         Explorer { base, counter: 0, cache: HashMap::new(), materialised: 0 }
     }
 
@@ -278,7 +278,8 @@ impl Explorer {
         // (every subset of every directory's pending changes) was recovered
         // and checked, for this trace and the recoveries explored under it.
         assert_eq!(
-            out.stats.enumeration.capped, 0,
+            out.stats.enumeration.capped,
+            0,
             "{}: the crash states were sampled (more than {} in one subtree): the check would be partial",
             sc.name,
             crate::model::STATES_CAP

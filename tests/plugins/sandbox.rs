@@ -8,7 +8,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-
 use super::{sha256, support};
 use support::toolchains::{self, Lang, Source};
 

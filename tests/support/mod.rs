@@ -17,9 +17,10 @@ pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
 }
 
-/// The directory the core and crash tests make every scratch tree in (the
-/// targets, the crash states, the strace audit, the soak) when set: the
-/// file system under test. `.ci/run` points it at loop-mounted ext4, xfs
+/// The directory the core tests make every scratch tree in, and the crash
+/// tests run the real binary in (the strace audits, the kill -9 soak), when
+/// set: the file system under test (the explorer's crash states stay on
+/// tmpfs: its model, not the disk, decides what is durable). `.ci/run` points it at loop-mounted ext4, xfs
 /// and btrfs. Unset, each test picks its own (tmpfs where disk flushes
 /// would only cost time, else the system temp dir).
 pub const TEST_DIR: &str = "DURASYNC_TEST_DIR";
