@@ -122,8 +122,10 @@ pub struct Explorer {
 
 impl Explorer {
     pub fn new() -> Explorer {
-        let base =
-            tempfile::Builder::new().prefix("crash-states-").tempdir_in(crate::states_base()).expect("tempdir");
+        let base = tempfile::Builder::new()
+            .prefix("crash-states-")
+            .tempdir_in(crate::states_base())
+            .expect("tempdir");
         Explorer { base, counter: 0, cache: HashMap::new(), materialised: 0 }
     }
 
