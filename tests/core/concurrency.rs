@@ -110,7 +110,11 @@ fn two_processes_syncing_one_target_wait_for_the_lock_and_run_in_turn_leaving_on
     let mut last = [0usize; 2];
     for round in 0..ROUNDS {
         durable::sync_dir(s.fd(), "target", &start(), &opts(&NoProbe, 4)).unwrap();
-        let lock = File::options().read(true).write(true).open(s.join(LOCK_NAME)).expect("the lock file");
+        // The lock file every durasync process in this directory opens (the
+        // sync above made it; it stays).
+        let lock =
+            File::options().read(true).write(true).create(true).truncate(false).open(s.join(LOCK_NAME));
+        let lock = lock.expect("the lock file");
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
         // Alternate which one is started first.
         let order = if round % 2 == 0 { ["a", "b"] } else { ["b", "a"] };
