@@ -3,7 +3,6 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
-use std::time::Duration;
 
 use super::{Agent, IO, Node, POLICY, once, support};
 
@@ -28,10 +27,24 @@ fn a_manifest_added_while_running_starts_and_a_removed_one_stops() {
     let line = agent.wait_log("manifest removed");
     assert!(line.contains("instance=b"), "{line}");
     agent.wait_metric("durasync_agent_instances", 1.0);
+    // Events, not a pause: b's input is replaced before a's, in the one
+    // directory both are watched through, so the agent's loop handles b's
+    // inotify event before a's, and a run is counted as triggered
+    // (`triggers_total`) when the loop starts it. Once a's run of that
+    // event (and of a later one) is done, b's event was handled long ago:
+    // had b still been an instance, its input trigger count would be up.
+    let b_input = "durasync_agent_triggers_total{instance=\"b\",trigger=\"input\"}";
+    let a_input = "durasync_agent_triggers_total{instance=\"a\",trigger=\"input\"}";
+    let b_before = agent.metric(b_input);
+    assert_eq!(b_before, Some(1.0), "b ran once from its input before it was removed");
     node.set_generation("b", 3);
     node.set_generation("a", 2);
     node.wait_generation("a", 2, &agent);
-    std::thread::sleep(Duration::from_millis(300));
+    agent.wait_metric(a_input, 1.0);
+    node.set_generation("a", 3);
+    node.wait_generation("a", 3, &agent);
+    agent.wait_metric(a_input, 2.0);
+    assert_eq!(agent.metric(b_input), b_before, "a removed instance was triggered: {}", agent.log());
     assert_eq!(node.generation("b"), Some(2), "a removed instance ran: {}", agent.log());
     let (_, metrics) = agent.get("/metrics");
     assert!(!metrics.contains("plugin_info{instance=\"b\""), "{metrics}");

@@ -22,16 +22,21 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// In `$DURASYNC_TEST_DIR` when set ([`scratch_dir`]).
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new().prefix("durasync-core-").tempdir().expect("create a scratch dir");
+        let dir = scratch_dir();
         let fd = open_dir(dir.path());
         Scratch { dir, fd }
     }
 
     /// A scratch dir on tmpfs (`/dev/shm`) when there is one: for tests
     /// that create and delete thousands of directories, which on a disk
-    /// mounted with `discard` costs a device discard per directory.
+    /// mounted with `discard` costs a device discard per directory. With
+    /// `$DURASYNC_TEST_DIR` set, there instead: the file system under test.
     pub fn on_tmpfs() -> Self {
+        if crate::support::test_dir().is_some() {
+            return Scratch::new();
+        }
         let shm = Path::new("/dev/shm");
         let builder = tempfile::Builder::new().prefix("durasync-core-").tempdir_in(shm);
         match builder {
@@ -54,6 +59,17 @@ impl Scratch {
     pub fn join(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
+}
+
+/// A fresh temporary directory: in `$DURASYNC_TEST_DIR` (the file system
+/// under test, [`crate::support::TEST_DIR`]) when set, else the system's.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let builder = tempfile::Builder::new().prefix("durasync-core-").clone();
+    match crate::support::test_dir() {
+        Some(dir) => builder.tempdir_in(dir),
+        None => builder.tempdir(),
+    }
+    .expect("create a scratch dir")
 }
 
 /// Open a directory by path (the test's own path: links are followed).

@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::common::{durasync, leftovers, ok_stdout, stderr};
+use crate::common::{durasync, leftovers, ok_stdout, scratch_dir, stderr};
 
 fn raw(dir: &Path, name: &[u8]) -> PathBuf {
     dir.join(OsStr::from_bytes(name))
@@ -29,7 +29,7 @@ fn plant_leftover(parent: &Path) -> PathBuf {
 
 #[test]
 fn recover_removes_a_leftover_holding_names_that_are_not_utf8() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = scratch_dir();
     let parent = tmp.path().join("p");
     std::fs::create_dir(&parent).unwrap();
     plant_leftover(&parent);
@@ -41,7 +41,7 @@ fn recover_removes_a_leftover_holding_names_that_are_not_utf8() {
 
 #[test]
 fn the_next_sync_removes_a_leftover_holding_names_that_are_not_utf8() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = scratch_dir();
     let (parent, src) = (tmp.path().join("p"), tmp.path().join("src"));
     std::fs::create_dir_all(&parent).unwrap();
     std::fs::create_dir_all(&src).unwrap();
@@ -56,7 +56,7 @@ fn the_next_sync_removes_a_leftover_holding_names_that_are_not_utf8() {
 
 #[test]
 fn a_stray_non_utf8_entry_beside_a_target_stops_no_operation_and_is_kept() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = scratch_dir();
     let (parent, src) = (tmp.path().join("p"), tmp.path().join("src"));
     std::fs::create_dir_all(&parent).unwrap();
     std::fs::create_dir_all(&src).unwrap();
@@ -78,7 +78,7 @@ fn a_stray_non_utf8_entry_beside_a_target_stops_no_operation_and_is_kept() {
 
 #[test]
 fn a_target_holding_a_non_utf8_name_is_refused_naming_it_and_unchanged() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = scratch_dir();
     let (parent, src) = (tmp.path().join("p"), tmp.path().join("src"));
     let target = parent.join("t");
     std::fs::create_dir_all(&target).unwrap();

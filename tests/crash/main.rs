@@ -20,17 +20,21 @@ use std::path::PathBuf;
 
 pub use support::cannot_check;
 
-/// Where crash states are materialised: `$DURASYNC_CRASH_TMP`, else
-/// `/dev/shm` when it is a writable tmpfs (thousands of tiny trees are
-/// written and deleted; the model, not the disk, decides what is durable),
-/// else the system temp dir.
-pub fn tmp_base() -> PathBuf {
-    if let Some(dir) = std::env::var_os("DURASYNC_CRASH_TMP") {
-        return PathBuf::from(dir);
-    }
+/// Where the explorer materialises crash states: `/dev/shm` when it is a
+/// writable tmpfs (thousands of tiny trees are written and deleted; the
+/// model, not the disk, decides what is durable, so [`support::TEST_DIR`]
+/// does not move them), else the system temp dir.
+pub fn states_base() -> PathBuf {
     let shm = PathBuf::from("/dev/shm");
     if shm.is_dir() && tempfile::tempdir_in(&shm).is_ok() {
         return shm;
     }
     std::env::temp_dir()
+}
+
+/// Where the real binary runs (the strace audits, the kill -9 soak):
+/// `$DURASYNC_TEST_DIR`, the file system under test, when set (see
+/// [`support::TEST_DIR`]), else [`states_base`].
+pub fn tmp_base() -> PathBuf {
+    support::test_dir().unwrap_or_else(states_base)
 }

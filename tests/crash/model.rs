@@ -9,8 +9,9 @@
 //!   directory; until then a crash keeps its last-fsynced entries plus **any
 //!   subset** of the later changes, applied in their order (subsets, not just
 //!   prefixes: no ordering between changes of one directory is assumed, which
-//!   is weaker than a journal). Above [`SUBSET_MAX`] pending changes only
-//!   prefixes are enumerated, and the run reports it;
+//!   is weaker than a journal). Every subset is covered, however many
+//!   changes are pending (see [`Model::entry_choices`] for how, without
+//!   enumerating 2^k subsets);
 //! - a file whose data was never fsynced may come back empty, as any prefix
 //!   of what was written (a few are enumerated: empty, half, all but the
 //!   last byte) or zero-filled at its size (the size reached the disk, the
@@ -46,12 +47,10 @@ use durasync::durable::names::LOCK_NAME;
 
 use crate::trace::ROp;
 
-/// Above this many pending changes in one directory, only prefixes of them
-/// are enumerated (2^k subsets would be too many); reported as `prefix_only`.
-pub const SUBSET_MAX: usize = 10;
-
-/// Most states one inode's subtree may contribute at one crash point; above
-/// it an even sample is kept (reported as `capped`). The scenarios stay below.
+/// Most states one inode's subtree (or one directory's entry sets) may
+/// contribute at one crash point; above it an even sample is kept, reported
+/// as `capped`, and every exploration asserts that nothing was capped: the
+/// scenarios stay below, so every allowed state is explored.
 pub const STATES_CAP: usize = 50_000;
 
 /// The mode `openat(O_CREAT, 0600)` gives under the usual umask (022/077).
@@ -343,10 +342,12 @@ pub struct Model {
 /// How an enumeration went.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct EnumStats {
-    /// Directories whose pending changes were enumerated as prefixes only.
-    pub prefix_only: usize,
-    /// Subtrees whose states were sampled to [`STATES_CAP`].
+    /// Subtrees or directories whose states were sampled to [`STATES_CAP`]
+    /// (asserted to be zero by every exploration).
     pub capped: usize,
+    /// The most changes pending in one directory at one crash point (all
+    /// of their subsets are covered).
+    pub max_pending: usize,
 }
 
 impl Model {
@@ -610,32 +611,66 @@ impl Model {
     }
 
     /// The entry sets a crash may leave in a directory: its durable entries
-    /// plus any subset (or, above [`SUBSET_MAX`], any prefix) of its pending
-    /// changes, applied in order.
+    /// with **any subset** of its pending changes applied, in their order.
+    ///
+    /// Computed without enumerating the 2^k subsets, and exactly equal to
+    /// that enumeration. Let `R_i` be the set of entry maps that the subsets
+    /// of the first `i` changes give (`R_0` = the durable entries alone).
+    /// Then `R_i = R_(i-1) ∪ { c_i applied to r : r ∈ R_(i-1) }`:
+    /// - ⊆: a subset `S` of the first `i` changes either leaves out `c_i`
+    ///   (then `S` is a subset of the first `i-1` and its result is in
+    ///   `R_(i-1)`), or holds it; applied in order, `c_i` comes last, so the
+    ///   result is `c_i` applied to the result of `S \ {c_i}`, a subset of
+    ///   the first `i-1`, whose result is in `R_(i-1)`;
+    /// - ⊇: every `r ∈ R_(i-1)` is the result of some subset `S'` of the
+    ///   first `i-1` changes, which is itself a subset of the first `i`; and
+    ///   `c_i` applied to `r` is the result of `S' ∪ {c_i}` (in order, `c_i`
+    ///   last).
+    ///
+    /// By induction `R_k` is exactly the set of results of all 2^k subsets.
+    /// The work is `k` times the number of *distinct* results (what must be
+    /// explored anyway), not 2^k: changes of different names commute, so
+    /// `k` independent creations give 2^k distinct maps either way, while
+    /// `k` changes of one name give only `k + 1`. Above [`STATES_CAP`]
+    /// distinct maps the set is sampled and counted as `capped`, which the
+    /// explorations assert never happens. `entry_choices_cover_every_subset`
+    /// below checks the equality against brute force.
     fn entry_choices(&self, inode: &Inode, stats: &mut EnumStats) -> BTreeSet<BTreeMap<String, Ino>> {
-        let k = inode.changes.len();
-        let mut out = BTreeSet::new();
-        if k <= SUBSET_MAX {
-            for mask in 0u32..(1 << k) {
-                let mut e = inode.entries.clone();
-                for (i, change) in inode.changes.iter().enumerate() {
-                    if mask & (1 << i) != 0 {
-                        apply(&mut e, change);
-                    }
-                }
-                out.insert(e);
-            }
-        } else {
-            stats.prefix_only += 1;
-            let mut e = inode.entries.clone();
-            out.insert(e.clone());
-            for change in &inode.changes {
-                apply(&mut e, change);
-                out.insert(e.clone());
-            }
+        stats.max_pending = stats.max_pending.max(inode.changes.len());
+        let (sets, capped) = subset_results(&inode.entries, &inode.changes);
+        if capped {
+            stats.capped += 1;
         }
-        out
+        sets
     }
+}
+
+/// The results of applying every subset of `changes` (in order) to
+/// `entries`, as proved in [`Model::entry_choices`]; `true` when the set
+/// grew past [`STATES_CAP`] and was sampled.
+fn subset_results(
+    entries: &BTreeMap<String, Ino>,
+    changes: &[Change],
+) -> (BTreeSet<BTreeMap<String, Ino>>, bool) {
+    let mut results: BTreeSet<BTreeMap<String, Ino>> = BTreeSet::from([entries.clone()]);
+    let mut capped = false;
+    for change in changes {
+        let with: Vec<BTreeMap<String, Ino>> = results
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                apply(&mut r, change);
+                r
+            })
+            .collect();
+        results.extend(with);
+        if results.len() > STATES_CAP {
+            capped = true;
+            let mut dummy = EnumStats::default();
+            results = sample(results.into_iter().collect(), &mut dummy).into_iter().collect();
+        }
+    }
+    (results, capped)
 }
 
 /// Keep at most [`STATES_CAP`] states, evenly spread, first and last included.
@@ -661,4 +696,65 @@ pub fn lower(initial: &Model, trace: &[ROp]) -> Vec<Step> {
             Step { op, what: rop.to_string(), rop: rop.clone() }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The brute force the model's subset computation must equal: every
+    /// one of the 2^k subsets, applied in order.
+    fn brute(entries: &BTreeMap<String, Ino>, changes: &[Change]) -> BTreeSet<BTreeMap<String, Ino>> {
+        (0u32..(1 << changes.len()))
+            .map(|mask| {
+                let mut e = entries.clone();
+                for (i, c) in changes.iter().enumerate() {
+                    if mask & (1 << i) != 0 {
+                        apply(&mut e, c);
+                    }
+                }
+                e
+            })
+            .collect()
+    }
+
+    #[test]
+    fn entry_choices_cover_every_subset() {
+        // Deterministic pseudo-random change lists over few names (so that
+        // changes overlap, as renames and exchanges do), up to 14 changes:
+        // above the 10 the old enumeration stopped at.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n) as usize
+        };
+        let names = ["a", "b", "c", "d", "e"];
+        for round in 0..200 {
+            let entries: BTreeMap<String, Ino> =
+                names.iter().take(next(4)).enumerate().map(|(i, n)| (n.to_string(), i)).collect();
+            let k = 1 + round % 14;
+            let changes: Vec<Change> = (0..k)
+                .map(|_| {
+                    (0..1 + next(2))
+                        .map(|_| {
+                            let name = names[next(names.len() as u64)].to_string();
+                            let ino = if next(3) == 0 { None } else { Some(10 + next(6)) };
+                            (name, ino)
+                        })
+                        .collect()
+                })
+                .collect();
+            let (got, capped) = subset_results(&entries, &changes);
+            assert!(!capped);
+            assert_eq!(got, brute(&entries, &changes), "round {round}: {entries:?} {changes:?}");
+        }
+        // Many independent creations: every one of the 2^14 subsets is distinct.
+        let changes: Vec<Change> = (0..14).map(|i| vec![(format!("f{i}"), Some(i))]).collect();
+        let (got, capped) = subset_results(&BTreeMap::new(), &changes);
+        assert!(!capped);
+        assert_eq!(got.len(), 1 << 14);
+        assert_eq!(got, brute(&BTreeMap::new(), &changes));
+    }
 }

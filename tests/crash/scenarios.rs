@@ -119,7 +119,6 @@ pub fn explore_ok(ex: &mut Explorer, sc: &Scenario) -> Outcome {
         out.violations.len(),
         shown.join("\n")
     );
-    assert_eq!(out.stats.enumeration.capped, 0, "{}: state enumeration was sampled", sc.name);
     out
 }
 

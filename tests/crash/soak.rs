@@ -9,7 +9,7 @@
 //! [`MAX_ITERATIONS`] kills and [`BUDGET`] of wall time, so a slow machine
 //! simply runs fewer iterations (nothing asserts on time).
 //!
-//! Runs on tmpfs unless `DURASYNC_SOAK_TMP` names another directory.
+//! Runs on tmpfs unless `DURASYNC_TEST_DIR` names another directory.
 //! A SIGKILL is not a power loss (the page cache survives), so this checks
 //! process-crash atomicity and recovery of real leftovers at scale; the
 //! explorer covers power loss.
@@ -151,9 +151,8 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
     let start = Instant::now();
     // tmpfs by default (a SIGKILL does not depend on the file system, and a
     // 2000-file sync there takes ~0.1 s instead of 2–5 s of device flushes
-    // on this shared disk); DURASYNC_SOAK_TMP=/var/tmp runs it on the disk.
-    let base = std::env::var_os("DURASYNC_SOAK_TMP").map_or_else(crate::tmp_base, Into::into);
-    let work = tempfile::Builder::new().prefix("crash-soak-").tempdir_in(base).expect("tempdir");
+    // on this shared disk); DURASYNC_TEST_DIR=/mnt/… runs it on that disk.
+    let work = tempfile::Builder::new().prefix("crash-soak-").tempdir_in(crate::tmp_base()).expect("tempdir");
     let (src_a, src_b, src_c) = (work.path().join("a"), work.path().join("b"), work.path().join("c"));
     let (tree_a, tree_b, tree_c, tree_d) = (source('A'), source('B'), partial(), one_file());
     let src_d = work.path().join("d");

@@ -1,7 +1,8 @@
 //! The import policy is checked before compiling: a plugin importing an
 //! interface the host does not provide — here componentize-js's fully
 //! default build, which imports `wasi:http` — is refused by name, with the
-//! flag that removes it, in milliseconds, and leaves no cache file.
+//! flag that removes it, before anything is compiled: no cache file, where a
+//! compile always leaves one.
 
 use std::path::Path;
 use std::process::Command;
@@ -52,53 +53,44 @@ fn files_in(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn check_refused_fast_without_compiling(wasm: &Path, needles: &[&str]) {
-    // The other tests' big compiles first: two cores busy compiling a
-    // Python component would time the machine, not the refusal.
-    for source in
-        [&super::languages::EXAMPLE_PY, &super::languages::EXAMPLE_JS, &super::hostile_python::HOSTILE_PY]
-    {
-        super::languages::ready(source);
-    }
+/// A compile leaves an artifact in the cache directory (`run` stores what
+/// it compiled before it runs it): so an empty cache directory after a run
+/// proves nothing was compiled. Checked here with the example plugin, which
+/// the policy allows, through the same `run` with a fresh cache directory.
+fn assert_a_compile_leaves_a_cache_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let (status, stderr, _) = run_refused(&super::wasm("example"), tmp.path(), &cache);
+    assert_ne!(status, POLICY, "{stderr}");
+    assert_eq!(files_in(&cache).len(), 1, "a compiled component was not cached: {stderr}");
+}
+
+/// Every run of `wasm` is refused with `needles` in its message, and no run
+/// compiled anything (no cache file: see [`assert_a_compile_leaves_a_cache_file`]).
+/// The time is printed, not asserted: on a shared machine a wall-clock bound
+/// measures the machine.
+fn check_refused_without_compiling(wasm: &Path, needles: &[&str]) {
+    assert_a_compile_leaves_a_cache_file();
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     let size = std::fs::metadata(wasm).unwrap().len();
-    let mut batches = Vec::new();
-    // Batches of five whole `durasync run` processes, until the fastest of
-    // one is under 50 ms (a compile of this component takes seconds, a
-    // refusal milliseconds); a pause between batches lets a burst of
-    // other tests' load pass. Every run must be refused, none may compile.
-    for _ in 0..20 {
-        let mut times = Vec::new();
-        for _ in 0..5 {
-            let (status, stderr, elapsed) = run_refused(wasm, tmp.path(), &cache);
-            assert_eq!(status, POLICY, "{stderr}");
-            for needle in needles {
-                assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
-            }
-            times.push(elapsed);
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let (status, stderr, elapsed) = run_refused(wasm, tmp.path(), &cache);
+        assert_eq!(status, POLICY, "{stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
         }
-        assert_eq!(files_in(&cache), Vec::<String>::new(), "a refused plugin left a cache file");
-        times.sort();
-        eprintln!(
-            "refusing {} ({size} bytes): fastest {:?}, median {:?}",
-            wasm.display(),
-            times[0],
-            times[2]
-        );
-        if times[0] < Duration::from_millis(50) {
-            return;
-        }
-        batches.push(times);
-        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(files_in(&cache), Vec::<String>::new(), "a refused plugin was compiled (a cache file)");
+        times.push(elapsed);
     }
-    panic!("refusing never took under 50 ms: {batches:?}");
+    eprintln!("refusing {} ({size} bytes), whole process: {times:?}", wasm.display());
 }
 
 #[test]
 fn the_default_javascript_build_is_refused_naming_wasi_http_and_the_flag_before_compiling() {
     let built = toolchains::build(&EXAMPLE_JS_DEFAULT);
-    check_refused_fast_without_compiling(
+    check_refused_without_compiling(
         &built.wasm,
         &[
             "refused",
@@ -116,7 +108,7 @@ fn a_component_importing_an_unknown_interface_is_refused_before_compiling() {
     let wasm = tmp.path().join("kv.wasm");
     let imports = ["wasi:keyvalue/store@0.2.0", "wasi:cli/stdout@0.3.0", "wasi:cli/stdout@0.2.4"];
     std::fs::write(&wasm, toolchains::component_importing(&imports)).unwrap();
-    check_refused_fast_without_compiling(
+    check_refused_without_compiling(
         &wasm,
         &["`wasi:keyvalue/store@0.2.0`, `wasi:cli/stdout@0.3.0`, which this host does not provide"],
     );
