@@ -117,3 +117,60 @@ pub fn list_dir(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::time::Instant;
+
+    use super::*;
+
+    fn dir() -> (tempfile::TempDir, std::fs::File) {
+        let tmp = tempfile::tempdir().unwrap();
+        let fd = std::fs::File::open(tmp.path()).unwrap();
+        (tmp, fd)
+    }
+
+    #[test]
+    fn a_file_over_the_read_limit_is_refused_by_its_size_before_anything_is_read() {
+        let (tmp, fd) = dir();
+        std::fs::File::create(tmp.path().join("sparse")).unwrap().set_len(1 << 40).unwrap();
+        std::fs::write(tmp.path().join("small"), b"12345").unwrap();
+        let limits = ReadLimits { max_bytes: 4, ..ReadLimits::default() };
+        let err = read_file(fd.as_fd(), "sparse", &limits, &Cancel::NEVER).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "sparse: limit exceeded: bytes in one read: 1099511627776 is over the limit of 4"
+        );
+        assert!(matches!(
+            read_file(fd.as_fd(), "small", &limits, &Cancel::NEVER),
+            Err(Error::TooLarge { .. })
+        ));
+        let limits = ReadLimits { max_bytes: 5, ..ReadLimits::default() };
+        assert_eq!(read_file(fd.as_fd(), "small", &limits, &Cancel::NEVER).unwrap().unwrap(), b"12345");
+    }
+
+    #[test]
+    fn a_directory_over_the_entry_limit_is_refused_and_one_at_it_is_listed() {
+        let (tmp, fd) = dir();
+        std::fs::create_dir(tmp.path().join("d")).unwrap();
+        for i in 0..10 {
+            std::fs::write(tmp.path().join(format!("d/{i}")), b"").unwrap();
+        }
+        let at = ReadLimits { max_entries: 10, ..ReadLimits::default() };
+        assert_eq!(list_dir(fd.as_fd(), "d", &at, &Cancel::NEVER).unwrap().len(), 10);
+        let under = ReadLimits { max_entries: 9, ..ReadLimits::default() };
+        let err = list_dir(fd.as_fd(), "d", &under, &Cancel::NEVER).unwrap_err();
+        assert_eq!(err.to_string(), "d: limit exceeded: entries in one listing: 10 is over the limit of 9");
+    }
+
+    #[test]
+    fn reads_and_listings_stop_at_a_passed_deadline() {
+        let (tmp, fd) = dir();
+        std::fs::write(tmp.path().join("f"), b"x").unwrap();
+        let past = Cancel::at(Instant::now());
+        let limits = ReadLimits::default();
+        assert!(matches!(read_file(fd.as_fd(), "f", &limits, &past), Err(Error::Cancelled { .. })));
+        assert!(matches!(list_dir(fd.as_fd(), "", &limits, &past), Err(Error::Cancelled { .. })));
+    }
+}
