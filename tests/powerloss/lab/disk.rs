@@ -9,8 +9,8 @@ use std::os::unix::fs::FileExt;
 
 use durasync_powerloss::{CutMode, CutPlan, VolatileDisk};
 
-use crate::can_run;
 use crate::rig::Loop;
+use crate::{can_run, serial};
 
 fn backing(dir: &std::path::Path, len: usize) -> std::path::PathBuf {
     let path = dir.join("backing.img");
@@ -21,6 +21,7 @@ fn backing(dir: &std::path::Path, len: usize) -> std::path::PathBuf {
 
 #[test]
 fn a_write_through_the_served_file_persists_only_at_its_fsync() {
+    let _turn = serial();
     if !can_run(None) {
         return;
     }
@@ -42,6 +43,7 @@ fn a_write_through_the_served_file_persists_only_at_its_fsync() {
 
 #[test]
 fn after_a_cut_unflushed_writes_are_gone_and_every_request_fails_with_eio() {
+    let _turn = serial();
     if !can_run(None) {
         return;
     }
@@ -53,7 +55,8 @@ fn after_a_cut_unflushed_writes_are_gone_and_every_request_fails_with_eio() {
     f.sync_data().unwrap();
     f.write_all(b"lost").unwrap();
     disk.switch().cut().unwrap();
-    let eio = |r: std::io::Result<()>| r.unwrap_err().raw_os_error() == Some(rustix::io::Errno::IO.raw_os_error());
+    let eio =
+        |r: std::io::Result<()>| r.unwrap_err().raw_os_error() == Some(rustix::io::Errno::IO.raw_os_error());
     let mut buf = [0u8; 4];
     assert!(eio(f.seek(SeekFrom::Start(0)).map(drop).and_then(|()| f.read_exact(&mut buf))));
     assert!(eio(f.write_all(b"more")));
@@ -64,6 +67,7 @@ fn after_a_cut_unflushed_writes_are_gone_and_every_request_fails_with_eio() {
 
 #[test]
 fn a_loop_device_flush_reaches_the_image_as_a_persisting_fsync() {
+    let _turn = serial();
     if !can_run(None) {
         return;
     }

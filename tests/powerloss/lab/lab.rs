@@ -72,7 +72,8 @@ impl Lab {
     /// Build the sources and the golden image: mkfs on a plain sparse file,
     /// then the real binary syncs A and writes the lone file into it.
     pub fn new(fs: Fs) -> Lab {
-        let scratch = tempfile::Builder::new().prefix(&format!("durasync-powerloss-{}-", fs.name())).tempdir().unwrap();
+        let scratch =
+            tempfile::Builder::new().prefix(&format!("durasync-powerloss-{}-", fs.name())).tempdir().unwrap();
         let dir = scratch.path().to_path_buf();
         for d in ["fuse", "mnt", "src"] {
             fs::create_dir(dir.join(d)).unwrap();
@@ -92,8 +93,18 @@ impl Lab {
             let mut m = Mounted::mount(fs, lp.dev(), &dir.join("mnt")).unwrap_or_else(|e| panic!("{e}"));
             let srv = dir.join("mnt").join(SRV);
             fs::create_dir(&srv).unwrap();
-            check(cmd(durasync().to_str().unwrap(), &["sync"]).arg(srv.join("target")).arg("--from").arg(dir.join("src/A")));
-            check(cmd(durasync().to_str().unwrap(), &["write"]).arg(srv.join("file")).arg("--from").arg(dir.join("src/file-A")));
+            check(
+                cmd(durasync().to_str().unwrap(), &["sync"])
+                    .arg(srv.join("target"))
+                    .arg("--from")
+                    .arg(dir.join("src/A")),
+            );
+            check(
+                cmd(durasync().to_str().unwrap(), &["write"])
+                    .arg(srv.join("file"))
+                    .arg("--from")
+                    .arg(dir.join("src/file-A")),
+            );
             assert!(m.unmount(), "unmounting the golden image");
         }
         Lab { fs, _scratch: scratch, dir, golden, gens, file: [trees::lone_file('A'), trees::lone_file('B')] }
@@ -107,30 +118,34 @@ impl Lab {
     /// the file system checks clean.
     pub fn durasync_round(&self, plan: CutPlan, mode: CutMode) -> Observed {
         let src = self.dir.join("src");
-        let ((succeeded, attempted, mut violations), stats) = self.powered(plan, mode, |switch, srv| {
-            let mut succeeded = 0;
-            let mut violations = Vec::new();
-            for step in 0..STEPS {
-                let (verb, target, from) = match step {
-                    0 => ("sync", srv.join("target"), src.join("B")),
-                    1 => ("sync", srv.join("target"), src.join("C")),
-                    _ => ("write", srv.join("file"), src.join("file-B")),
-                };
-                let mut c = cmd(durasync().to_str().unwrap(), &[verb]);
-                c.arg(target).arg("--from").arg(from);
-                let out = run(&mut c);
-                if out.status.success() {
-                    succeeded += 1;
-                    continue;
+        let ((succeeded, attempted, mut violations), stats, unmounted) =
+            self.powered(plan, mode, |switch, srv| {
+                let mut succeeded = 0;
+                let mut violations = Vec::new();
+                for step in 0..STEPS {
+                    let (verb, target, from) = match step {
+                        0 => ("sync", srv.join("target"), src.join("B")),
+                        1 => ("sync", srv.join("target"), src.join("C")),
+                        _ => ("write", srv.join("file"), src.join("file-B")),
+                    };
+                    let mut c = cmd(durasync().to_str().unwrap(), &[verb]);
+                    c.arg(target).arg("--from").arg(from);
+                    let out = run(&mut c);
+                    if out.status.success() {
+                        succeeded += 1;
+                        continue;
+                    }
+                    // A step may fail only because the power is gone.
+                    if !switch.stats().cut {
+                        violations.push(format!("failed with the power on: {}", describe(&c, &out)));
+                    }
+                    return (succeeded, step + 1, violations);
                 }
-                // A step may fail only because the power is gone.
-                if !switch.stats().cut {
-                    violations.push(format!("failed with the power on: {}", describe(&c, &out)));
-                }
-                return (succeeded, step + 1, violations);
-            }
-            (succeeded, STEPS, violations)
-        });
+                (succeeded, STEPS, violations)
+            });
+        if !unmounted {
+            violations.push("the dead file system would not unmount (round void)".into());
+        }
         let found = self.after_cut();
         violations.extend(found.problems);
         let mut generation = None;
@@ -170,49 +185,53 @@ impl Lab {
     /// control says, and judge: old (0), new (1) or a violation.
     pub fn control_round(&self, control: Control) -> Observed {
         let tree = trees::generation('B');
-        let ((), stats) = self.powered(CutPlan::Never, CutMode::DropAll, |switch, srv| match control {
-            Control::CopyRename | Control::CopyRenameDirFsync => {
-                let fsync_dirs = control == Control::CopyRenameDirFsync;
-                let new = srv.join(".target.new");
-                trees::materialise(&tree, &new, false);
-                if fsync_dirs {
-                    for d in ["newdir/deeper", "newdir", "sub", ""] {
-                        fs::File::open(new.join(d)).unwrap().sync_all().unwrap();
+        let ((), stats, unmounted) =
+            self.powered(CutPlan::Never, CutMode::DropAll, |switch, srv| match control {
+                Control::CopyRename | Control::CopyRenameDirFsync => {
+                    let fsync_dirs = control == Control::CopyRenameDirFsync;
+                    let new = srv.join(".target.new");
+                    trees::materialise(&tree, &new, false);
+                    if fsync_dirs {
+                        for d in ["newdir/deeper", "newdir", "sub", ""] {
+                            fs::File::open(new.join(d)).unwrap().sync_all().unwrap();
+                        }
                     }
+                    fs::rename(srv.join("target"), srv.join(".target.old")).unwrap();
+                    fs::rename(&new, srv.join("target")).unwrap();
+                    fs::remove_dir_all(srv.join(".target.old")).unwrap();
+                    if fsync_dirs {
+                        fs::File::open(srv).unwrap().sync_all().unwrap();
+                    } else {
+                        // Another program's fsync: commits whatever the file
+                        // system batches with it, nothing it does not.
+                        let mut f = fs::File::create(srv.join("unrelated")).unwrap();
+                        std::io::Write::write_all(&mut f, b"someone else's data\n").unwrap();
+                        f.sync_all().unwrap();
+                    }
+                    switch.cut().unwrap();
                 }
-                fs::rename(srv.join("target"), srv.join(".target.old")).unwrap();
-                fs::rename(&new, srv.join("target")).unwrap();
-                fs::remove_dir_all(srv.join(".target.old")).unwrap();
-                if fsync_dirs {
-                    fs::File::open(srv).unwrap().sync_all().unwrap();
-                } else {
-                    // Another program's fsync: commits whatever the file
-                    // system batches with it, nothing it does not.
-                    let mut f = fs::File::create(srv.join("unrelated")).unwrap();
-                    std::io::Write::write_all(&mut f, b"someone else's data\n").unwrap();
-                    f.sync_all().unwrap();
+                Control::InPlace { upto } => {
+                    // Changed files first, so the first rewrite already differs
+                    // from A; A's removed files would go last.
+                    let a = trees::generation('A');
+                    let mut order: Vec<&Entry> = tree.iter().collect();
+                    order.sort_by_key(|e| a.contains(e));
+                    for (rel, data, mode) in order.into_iter().take(upto) {
+                        let path = srv.join("target").join(rel);
+                        fs::create_dir_all(path.parent().unwrap()).unwrap();
+                        let mut f = fs::File::create(&path).unwrap();
+                        std::io::Write::write_all(&mut f, data).unwrap();
+                        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(*mode)).unwrap();
+                        f.sync_all().unwrap();
+                    }
+                    switch.cut().unwrap();
                 }
-                switch.cut().unwrap();
-            }
-            Control::InPlace { upto } => {
-                // Changed files first, so the first rewrite already differs
-                // from A; A's removed files would go last.
-                let a = trees::generation('A');
-                let mut order: Vec<&Entry> = tree.iter().collect();
-                order.sort_by_key(|e| a.contains(e));
-                for (rel, data, mode) in order.into_iter().take(upto) {
-                    let path = srv.join("target").join(rel);
-                    fs::create_dir_all(path.parent().unwrap()).unwrap();
-                    let mut f = fs::File::create(&path).unwrap();
-                    std::io::Write::write_all(&mut f, data).unwrap();
-                    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(*mode)).unwrap();
-                    f.sync_all().unwrap();
-                }
-                switch.cut().unwrap();
-            }
-        });
+            });
         let found = self.after_cut();
         let mut violations = found.problems;
+        if !unmounted {
+            violations.push("the dead file system would not unmount (round void)".into());
+        }
         let mut generation = None;
         if let Some(target) = &found.target {
             generation = self.gens[..2].iter().position(|g| g == target);
@@ -225,15 +244,23 @@ impl Lab {
 
     /// Copy the golden image, serve it through a volatile disk, attach,
     /// mount, arm the cut, run `work` on the mounted `srv/`, cut, and tear
-    /// it all down. Returns what `work` returned and the counts at the cut.
-    fn powered<T>(&self, plan: CutPlan, mode: CutMode, work: impl FnOnce(&PowerSwitch, &Path) -> T) -> (T, Stats) {
+    /// it all down. Returns what `work` returned, the counts at the cut and
+    /// whether the dead file system unmounted (a lazily detached one could
+    /// still be alive when its copy is mounted: the round is then void).
+    fn powered<T>(
+        &self,
+        plan: CutPlan,
+        mode: CutMode,
+        work: impl FnOnce(&PowerSwitch, &Path) -> T,
+    ) -> (T, Stats, bool) {
         let image = self.round_image();
         let _ = fs::remove_file(&image);
         copy_image(&self.golden, &image);
         let disk = VolatileDisk::mount(&image, &self.dir.join("fuse")).expect("mounting the volatile disk");
         let switch = disk.switch();
         let lp = Loop::attach(&disk.image_path());
-        let mut m = Mounted::mount(self.fs, lp.dev(), &self.dir.join("mnt")).unwrap_or_else(|e| panic!("{e}"));
+        let mut m =
+            Mounted::mount(self.fs, lp.dev(), &self.dir.join("mnt")).unwrap_or_else(|e| panic!("{e}"));
         switch.arm(plan, mode);
         let out = work(&switch, &self.dir.join("mnt").join(SRV));
         // The cut comes at the latest here: whatever was not flushed by now
@@ -242,11 +269,11 @@ impl Lab {
         let stats = switch.stats();
         // Teardown order: the dead file system, then the loop device, then
         // the FUSE mount (the guards also do this on a panic).
-        m.unmount();
+        let unmounted = m.unmount();
         drop(m);
         drop(lp);
         drop(disk);
-        (out, stats)
+        (out, stats, unmounted)
     }
 
     /// After the cut: attach the backing copy directly, mount (replay), run
@@ -270,7 +297,10 @@ impl Lab {
         if !out.status.success() {
             found.problems.push(format!("recover failed: {}", describe(&c, &out)));
         }
-        let listing: Vec<String> = fs::read_dir(&srv).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let listing: Vec<String> = fs::read_dir(&srv)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         let left = trees::leftovers(&srv);
         if !left.is_empty() {
             found.problems.push(format!("leftovers after recover: {left:?}"));

@@ -27,6 +27,17 @@ use std::path::Path;
 use rig::{Fs, have};
 pub use support::cannot_check;
 
+/// The tests of this binary run one at a time: a child forked by one test
+/// thread holds a copy of every fd the process has open until it execs, so a
+/// file another test is reading under its mount can make that unmount fail
+/// with EBUSY (and a lazily detached btrfs can be found again by its fsid).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Take this binary's turn (a failed test leaves the lock usable).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Whether this machine can run the lab for `fs`; if not, say why through
 /// `cannot_check` (a failure under CI).
 pub fn can_run(fs: Option<Fs>) -> bool {
@@ -54,15 +65,18 @@ pub fn can_run(fs: Option<Fs>) -> bool {
 
 #[test]
 fn ext4_power_cuts_leave_every_durasync_target_old_or_new() {
+    let _turn = serial();
     schedule::lab(Fs::Ext4);
 }
 
 #[test]
 fn xfs_power_cuts_leave_every_durasync_target_old_or_new() {
+    let _turn = serial();
     schedule::lab(Fs::Xfs);
 }
 
 #[test]
 fn btrfs_power_cuts_leave_every_durasync_target_old_or_new() {
+    let _turn = serial();
     schedule::lab(Fs::Btrfs);
 }

@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 /// bound on a hung device, never a timing assertion.
 const TOOL_BOUND: Duration = Duration::from_secs(180);
 
+/// Unmount attempts on EBUSY before a lazy detach (a failure bound).
+const UNMOUNT_TRIES: usize = 250;
+
 /// `losetup --find` picks a free device and claims it in two steps; lab
 /// tests running in parallel take turns.
 static LOSETUP: Mutex<()> = Mutex::new(());
@@ -121,7 +124,11 @@ impl Mounted {
         let mut c = cmd("mount", &["-t", fs.name()]);
         c.arg(dev).arg(at);
         let out = run(&mut c);
-        if out.status.success() { Ok(Mounted { at: at.to_path_buf(), mounted: true }) } else { Err(describe(&c, &out)) }
+        if out.status.success() {
+            Ok(Mounted { at: at.to_path_buf(), mounted: true })
+        } else {
+            Err(describe(&c, &out))
+        }
     }
 
     /// Unmount now; a file system that cannot be unmounted cleanly (its
@@ -132,13 +139,18 @@ impl Mounted {
             return true;
         }
         self.mounted = false;
-        match rustix::mount::unmount(&self.at, rustix::mount::UnmountFlags::empty()) {
-            Ok(()) => true,
-            Err(_) => {
-                let _ = rustix::mount::unmount(&self.at, rustix::mount::UnmountFlags::DETACH);
-                false
+        // EBUSY can be fleeting: a child another test thread forks holds a
+        // copy of our fds (close-on-exec or not) until it execs. Retry a
+        // bounded number of times, then detach lazily.
+        for _ in 0..UNMOUNT_TRIES {
+            match rustix::mount::unmount(&self.at, rustix::mount::UnmountFlags::empty()) {
+                Ok(()) => return true,
+                Err(rustix::io::Errno::BUSY) => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => break,
             }
         }
+        let _ = rustix::mount::unmount(&self.at, rustix::mount::UnmountFlags::DETACH);
+        false
     }
 }
 

@@ -61,9 +61,12 @@ pub fn lab(fs: Fs) {
 
     // The durasync rounds: every flush (or a stride of them), then random writes.
     let stride = flushes.div_ceil(MAX_SWEEP).max(1);
-    let mut plans: Vec<(CutPlan, CutMode)> =
-        (1..=flushes + 1).step_by(stride as usize).map(|k| (CutPlan::AfterFlush(k), CutMode::DropAll)).collect();
-    let extra: u64 = std::env::var("DURASYNC_POWERLOSS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut plans: Vec<(CutPlan, CutMode)> = (1..=flushes + 1)
+        .step_by(stride as usize)
+        .map(|k| (CutPlan::AfterFlush(k), CutMode::DropAll))
+        .collect();
+    let extra: u64 =
+        std::env::var("DURASYNC_POWERLOSS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     for i in 0..RANDOM_ROUNDS + extra {
         let mode = if i % 2 == 1 { CutMode::Tear(xorshift(&mut rng)) } else { CutMode::DropAll };
         let plan = if i >= RANDOM_ROUNDS && i % 3 == 0 {
@@ -91,10 +94,12 @@ pub fn lab(fs: Fs) {
     let mut control_rows = Vec::new();
     for control in controls {
         let (mut old, mut new, mut neither) = (0, 0, 0);
+        let mut sample = String::new();
         for i in 0..CONTROL_ROUNDS + (extra as usize) / 10 {
             let c = match control {
-                // 1..=4: B has 5 files A lacks or has otherwise, so the cut
-                // always leaves some rewritten and A's removed files in place.
+                // 1..=4: B has 8 entries A lacks or holds otherwise (they go
+                // first), so the cut always leaves some rewritten and A's
+                // removed files in place.
                 Control::InPlace { .. } => Control::InPlace { upto: 1 + i % 4 },
                 c => c,
             };
@@ -102,7 +107,17 @@ pub fn lab(fs: Fs) {
             match o.generation {
                 Some(0) => old += 1,
                 Some(_) => new += 1,
-                None => neither += 1,
+                None => {
+                    neither += 1;
+                    if sample.is_empty() {
+                        sample = o
+                            .violations
+                            .iter()
+                            .find(|v| v.starts_with("neither"))
+                            .cloned()
+                            .unwrap_or_default();
+                    }
+                }
             }
             // The file system itself must come back clean even under a
             // wrong writer: anything else is a broken rig.
@@ -110,7 +125,7 @@ pub fn lab(fs: Fs) {
                 failures.push(format!("{} control {c:?}: {v}", fs.name()));
             }
         }
-        control_rows.push((control, old, new, neither));
+        control_rows.push((control, old, new, neither, sample));
     }
 
     println!(
@@ -128,20 +143,28 @@ pub fn lab(fs: Fs) {
         outcomes[2],
         failures.len(),
     );
-    for (c, old, new, neither) in &control_rows {
-        println!("  control {:<20} old {old} / new {new} / neither-old-nor-new {neither}", format!("{c:?}").split(' ').next().unwrap());
+    for (c, old, new, neither, sample) in &control_rows {
+        println!(
+            "  control {:<20} old {old} / new {new} / neither-old-nor-new {neither}  {}",
+            format!("{c:?}").split(' ').next().unwrap(),
+            &sample[..sample.len().min(160)]
+        );
     }
     assert!(failures.is_empty(), "{} power-loss violations:\n{}", failures.len(), failures.join("\n"));
 
     // Proof that the power is really cut: the wrong writers must lose.
-    for (control, old, new, neither) in control_rows {
+    for (control, old, new, neither, _) in control_rows {
         let name = format!("{control:?}");
         match control {
             // Nothing of the renamed copy was flushed: a restart would show
             // B; a cut must show A (btrfs: the renames were not committed)
             // or an emptied B (ext4, xfs: renames committed, data not).
             Control::CopyRename => {
-                assert!(new < old + new + neither, "{}: {name} came back new every time: the lab is not cutting power", fs.name());
+                assert!(
+                    new < old + new + neither,
+                    "{}: {name} came back new every time: the lab is not cutting power",
+                    fs.name()
+                );
                 if fs != Fs::Btrfs {
                     assert!(neither > 0, "{}: {name} showed no violation in {} rounds", fs.name(), old + new);
                 }

@@ -147,7 +147,7 @@ pub fn diff(got: &BTreeMap<String, String>, want: &BTreeMap<String, String>) -> 
     for (k, v) in want {
         match got.get(k) {
             None => out.push(format!("missing {k}")),
-            Some(g) if g != v => out.push(format!("{k}: {}", &g[..g.len().min(40)])),
+            Some(g) if g != v => out.push(format!("{k}: {:?}", g.chars().take(40).collect::<String>())),
             Some(_) => {}
         }
     }

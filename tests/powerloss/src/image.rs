@@ -86,7 +86,8 @@ pub struct Stats {
 }
 
 /// One image file: the backing file holds what is persisted, `dirty` what
-/// is only in the volatile cache.
+/// is only in the volatile cache. The cache is bounded by the image: at
+/// most one page per page of the (fixed-size) image.
 #[derive(Debug)]
 pub struct VolatileImage {
     backing: File,
@@ -101,7 +102,14 @@ impl VolatileImage {
     /// Serve `backing` (its current length is the image's size, fixed).
     pub fn new(backing: File) -> Result<Self, Error> {
         let size = backing.metadata()?.len();
-        Ok(Self { backing, size, dirty: BTreeMap::new(), plan: CutPlan::Never, mode: CutMode::DropAll, stats: Stats::default() })
+        Ok(Self {
+            backing,
+            size,
+            dirty: BTreeMap::new(),
+            plan: CutPlan::Never,
+            mode: CutMode::DropAll,
+            stats: Stats::default(),
+        })
     }
 
     /// The image's size in bytes.
@@ -263,7 +271,8 @@ mod tests {
     fn image(size: usize) -> (tempfile::NamedTempFile, VolatileImage) {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), vec![b'.'; size]).unwrap();
-        let img = VolatileImage::new(File::options().read(true).write(true).open(file.path()).unwrap()).unwrap();
+        let img =
+            VolatileImage::new(File::options().read(true).write(true).open(file.path()).unwrap()).unwrap();
         (file, img)
     }
 
