@@ -19,6 +19,9 @@ use crate::trees::{self, Entry};
 /// (so ext4's `lost+found` stays out of the listings).
 const SRV: &str = "srv";
 
+/// Attempts at mounting the volatile copy before a round starts.
+const MOUNT_TRIES: usize = 3;
+
 /// One file system's lab: its scratch directory, golden image, sources and
 /// the expected contents of every generation.
 pub struct Lab {
@@ -259,8 +262,19 @@ impl Lab {
         let disk = VolatileDisk::mount(&image, &self.dir.join("fuse")).expect("mounting the volatile disk");
         let switch = disk.switch();
         let lp = Loop::attach(&disk.image_path());
-        let mut m =
-            Mounted::mount(self.fs, lp.dev(), &self.dir.join("mnt")).unwrap_or_else(|e| panic!("{e}"));
+        // Nothing is armed yet, so a failed mount here is no outcome of any
+        // cut: try again (bounded), then give up loudly.
+        let mut tries = 0;
+        let mut m = loop {
+            match Mounted::mount(self.fs, lp.dev(), &self.dir.join("mnt")) {
+                Ok(m) => break m,
+                Err(e) if tries < MOUNT_TRIES => {
+                    tries += 1;
+                    eprintln!("{}: mounting the volatile copy failed, trying again: {e}", self.fs.name());
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         switch.arm(plan, mode);
         let out = work(&switch, &self.dir.join("mnt").join(SRV));
         // The cut comes at the latest here: whatever was not flushed by now

@@ -127,7 +127,7 @@ impl Mounted {
         if out.status.success() {
             Ok(Mounted { at: at.to_path_buf(), mounted: true })
         } else {
-            Err(describe(&c, &out))
+            Err(format!("{}--- kernel log (tail)\n{}", describe(&c, &out), kernel_log_tail()))
         }
     }
 
@@ -157,6 +157,18 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         self.unmount();
+    }
+}
+
+/// The kernel log's last lines (why a mount failed), or why not readable.
+pub fn kernel_log_tail() -> String {
+    match std::process::Command::new("dmesg").output() {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(15)..].join("\n")
+        }
+        Err(e) => format!("(dmesg: {e})"),
     }
 }
 
