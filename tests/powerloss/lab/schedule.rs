@@ -169,13 +169,12 @@ pub fn lab(fs: Fs) {
                     assert!(neither > 0, "{}: {name} showed no violation in {} rounds", fs.name(), old + new);
                 }
             }
-            Control::CopyRenameDirFsync if fs != Fs::Btrfs => {
+            // Directory fsyncs commit the renames, not the files' data (all
+            // three come back with empty files); an in-place rewrite cut
+            // between two files' fsyncs is a mixed tree.
+            Control::CopyRenameDirFsync | Control::InPlace { .. } => {
                 assert!(neither > 0, "{}: {name} showed no violation in {} rounds", fs.name(), old + new);
             }
-            Control::InPlace { .. } => {
-                assert!(neither > 0, "{}: {name} showed no violation in {} rounds", fs.name(), old + new);
-            }
-            _ => {}
         }
     }
 }
