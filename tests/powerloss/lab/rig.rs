@@ -162,7 +162,7 @@ impl Drop for Mounted {
 
 /// The kernel log's last lines (why a mount failed), or why not readable.
 pub fn kernel_log_tail() -> String {
-    match std::process::Command::new("dmesg").output() {
+    match cmd("dmesg", &[]).output() {
         Ok(out) => {
             let text = String::from_utf8_lossy(&out.stdout);
             let lines: Vec<&str> = text.lines().collect();
@@ -172,9 +172,9 @@ pub fn kernel_log_tail() -> String {
     }
 }
 
-/// A command with arguments.
-pub fn cmd(program: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(program);
+/// A command with arguments (the program found by [`program`]).
+pub fn cmd(name: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(program(name).unwrap_or_else(|| PathBuf::from(name)));
     c.args(args);
     c
 }
@@ -238,8 +238,17 @@ pub fn copy_image(from: &Path, to: &Path) {
     check(cmd("cp", &["--sparse=always"]).arg(from).arg(to));
 }
 
-/// Whether `program` is on the PATH.
-pub fn have(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+/// Where the tool `name` is: on the PATH, or in the sbin directories a
+/// non-login root shell may leave off it (mkfs, losetup, fsck live there).
+pub fn program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Whether the tool `name` is installed.
+pub fn have(name: &str) -> bool {
+    program(name).is_some()
 }
