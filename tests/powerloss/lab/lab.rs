@@ -34,6 +34,10 @@ pub struct Lab {
     gens: [BTreeMap<String, String>; 3],
     /// The lone file's bytes: before and after the `write`.
     file: [Vec<u8>; 2],
+    /// The plugin's manifest (the example plugin, granted `srv/` as `out`).
+    manifest: PathBuf,
+    /// Expected contents of the plugin's envdir, before and after its run.
+    env: [BTreeMap<String, String>; 2],
 }
 
 /// How a round ended, before judging.
@@ -50,8 +54,9 @@ pub struct Observed {
 }
 
 /// The workload's steps, run as the real binary: A → B (a sync with every
-/// kind of change), B → C (the one-file fast path), then the lone file.
-const STEPS: usize = 3;
+/// kind of change), B → C (the one-file fast path), the lone file, then a
+/// plugin run (the example plugin's envdir, through `durasync run`).
+pub const STEPS: usize = 4;
 
 /// A writer known to be wrong, run against the same rig.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +92,17 @@ impl Lab {
         for g in ['A', 'B'] {
             fs::write(dir.join("src").join(format!("file-{g}")), trees::lone_file(g)).unwrap();
         }
+        let manifest = plugin_manifest(&dir);
+        let env = ['A', 'B'].map(|g| {
+            let input = env_input(g);
+            fs::write(dir.join("src").join(format!("env-{g}")), &input).unwrap();
+            let entries: Vec<Entry> = input
+                .lines()
+                .map(|l| l.split_once('=').unwrap())
+                .map(|(k, v)| (k.to_string(), format!("{v}\n").into_bytes(), 0o644))
+                .collect();
+            trees::expected(&entries, &dir.join("scratch"))
+        });
         let gens = ['A', 'B', 'C'].map(|g| trees::expected(&trees::generation(g), &dir.join("scratch")));
         let golden = dir.join("golden.img");
         fs::File::create(&golden).unwrap().set_len(IMAGE_BYTES).unwrap();
@@ -108,9 +124,19 @@ impl Lab {
                     .arg("--from")
                     .arg(dir.join("src/file-A")),
             );
+            check(&mut plugin_run(&manifest, &dir.join("src/env-A")));
             assert!(m.unmount(), "unmounting the golden image");
         }
-        Lab { fs, _scratch: scratch, dir, golden, gens, file: [trees::lone_file('A'), trees::lone_file('B')] }
+        Lab {
+            fs,
+            _scratch: scratch,
+            dir,
+            golden,
+            gens,
+            file: [trees::lone_file('A'), trees::lone_file('B')],
+            manifest,
+            env,
+        }
     }
 
     /// Run the durasync workload on a volatile copy of the golden image,
@@ -129,10 +155,16 @@ impl Lab {
                     let (verb, target, from) = match step {
                         0 => ("sync", srv.join("target"), src.join("B")),
                         1 => ("sync", srv.join("target"), src.join("C")),
-                        _ => ("write", srv.join("file"), src.join("file-B")),
+                        2 => ("write", srv.join("file"), src.join("file-B")),
+                        _ => ("run", self.manifest.clone(), src.join("env-B")),
                     };
-                    let mut c = cmd(durasync().to_str().unwrap(), &[verb]);
-                    c.arg(target).arg("--from").arg(from);
+                    let mut c = if verb == "run" {
+                        plugin_run(&target, &from)
+                    } else {
+                        let mut c = cmd(durasync().to_str().unwrap(), &[verb]);
+                        c.arg(target).arg("--from").arg(from);
+                        c
+                    };
                     let out = run(&mut c);
                     if out.status.success() {
                         succeeded += 1;
@@ -171,15 +203,29 @@ impl Lab {
                 )),
             }
         }
-        if let Some(file) = &found.file {
-            let allowed: &[usize] = match (succeeded, attempted) {
-                (STEPS, _) => &[1],
-                (_, STEPS) => &[0, 1],
-                _ => &[0],
-            };
-            if !allowed.iter().any(|&i| &self.file[i] == file) {
-                violations.push(format!("the lone file is neither allowed version ({} bytes)", file.len()));
+        // The lone file is step 2, the envdir step 3: before its step it
+        // must be old, during it old or new, after its success new.
+        let allowed = |step: usize| -> &[usize] {
+            if succeeded > step {
+                &[1]
+            } else if attempted > step {
+                &[0, 1]
+            } else {
+                &[0]
             }
+        };
+        if let Some(file) = &found.file
+            && !allowed(2).iter().any(|&i| &self.file[i] == file)
+        {
+            violations.push(format!("the lone file is neither allowed version ({} bytes)", file.len()));
+        }
+        if let Some(env) = &found.env
+            && !allowed(3).iter().any(|&i| &self.env[i] == env)
+        {
+            violations.push(format!(
+                "the plugin's envdir is neither allowed version: vs new: {}",
+                trees::diff(env, &self.env[1])
+            ));
         }
         Observed { succeeded, stats, violations, generation }
     }
@@ -321,7 +367,7 @@ impl Lab {
         }
         let extra: Vec<&String> = listing
             .iter()
-            .filter(|n| !["target", "file", "unrelated"].contains(&n.as_str()) && !trees::kept(n))
+            .filter(|n| !["target", "file", "env", "unrelated"].contains(&n.as_str()) && !trees::kept(n))
             .filter(|n| !n.starts_with(".target."))
             .collect();
         if !extra.is_empty() {
@@ -334,6 +380,12 @@ impl Lab {
             found.problems.push("the target is gone".into());
         }
         found.file = fs::read(srv.join("file")).ok();
+        let env = srv.join("env");
+        if env.is_dir() {
+            found.env = Some(trees::contents(&env));
+        } else {
+            found.problems.push("the plugin's envdir is gone".into());
+        }
         if found.file.is_none() {
             found.problems.push("the lone file is gone".into());
         }
@@ -357,5 +409,40 @@ impl Lab {
 struct Found {
     target: Option<BTreeMap<String, String>>,
     file: Option<Vec<u8>>,
+    env: Option<BTreeMap<String, String>>,
     problems: Vec<String>,
+}
+
+/// The example plugin's input for generation `g`: `KEY=value` lines, some
+/// keys kept, changed, added and removed between A and B.
+fn env_input(g: char) -> String {
+    match g {
+        'A' => "KEPT=same\nCHANGED=old value\nREMOVED=gone in B\n".into(),
+        _ => "KEPT=same\nCHANGED=new value\nADDED=only in B\n".into(),
+    }
+}
+
+/// Write a manifest for the example plugin (built for wasm32-wasip2 by the
+/// test, pinned by its sha256) granting the mounted `srv/` as its root `out`.
+fn plugin_manifest(dir: &Path) -> PathBuf {
+    use sha2::Digest;
+    let wasm = crate::support::wasm::build("Cargo.toml", "example");
+    let sha = hex::encode(sha2::Sha256::digest(fs::read(&wasm).unwrap()));
+    let text = format!(
+        "name = \"example\"\nwasm = \"{}\"\nsha256 = \"{sha}\"\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n",
+        wasm.display(),
+        dir.join("mnt").join(SRV).display()
+    );
+    let manifest = dir.join("plugin.toml");
+    fs::write(&manifest, text).unwrap();
+    manifest
+}
+
+/// `durasync run MANIFEST --input INPUT`, with a compile cache shared by
+/// the lab's runs (only the first one compiles the component).
+fn plugin_run(manifest: &Path, input: &Path) -> std::process::Command {
+    let mut c = cmd(durasync().to_str().unwrap(), &["run"]);
+    c.arg(manifest).arg("--input").arg(input);
+    c.env("XDG_CACHE_HOME", crate::support::wasm::target_dir().join("powerloss-cache"));
+    c
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use durasync_powerloss::{CutMode, CutPlan, image::xorshift};
 
 use crate::can_run;
-use crate::lab::{Control, Lab, Observed};
+use crate::lab::{Control, Lab, Observed, STEPS};
 use crate::rig::Fs;
 
 /// At most this many flush cut points in the sweep (a stride past it).
@@ -55,7 +55,7 @@ pub fn lab(fs: Fs) {
 
     // Calibration: no cut until the workload ends; everything must succeed.
     let calib = lab.durasync_round(CutPlan::Never, CutMode::DropAll);
-    assert_eq!(calib.succeeded, 3, "{}: the uncut workload failed: {:?}", fs.name(), calib.violations);
+    assert_eq!(calib.succeeded, STEPS, "{}: the uncut workload failed: {:?}", fs.name(), calib.violations);
     record("uncut".into(), &calib, &mut failures);
     let (writes, flushes) = (calib.stats.writes, calib.stats.flushes);
 
