@@ -78,6 +78,8 @@ pub fn lab(fs: Fs) {
     }
     let mut outcomes = [0usize; 3];
     let mut successes_before_cut = 0usize;
+    // Where the cut fell: during step i (index STEPS: after every step).
+    let mut cut_in = [0usize; STEPS + 1];
     let mut rounds = 1usize;
     for (plan, mode) in &plans {
         let o = lab.durasync_round(*plan, *mode);
@@ -86,6 +88,7 @@ pub fn lab(fs: Fs) {
             outcomes[g] += 1;
         }
         successes_before_cut += o.succeeded;
+        cut_in[o.succeeded] += 1;
         rounds += 1;
     }
 
@@ -130,7 +133,8 @@ pub fn lab(fs: Fs) {
 
     println!(
         "\npower-loss lab, {} (seed {seed}): {} durasync rounds ({} flush cut points 1..={} stride {stride}, {} random-write/soak cuts of {} writes, half torn) \
-         in {:.0?}\n  target came back A {} / B {} / C {}; steps that reported success before the cut: {successes_before_cut}; violations: {}",
+         in {:.0?}\n  target came back A {} / B {} / C {}; steps that reported success before the cut: {successes_before_cut}; violations: {}\n  \
+         the cut fell during sync A→B {} / sync B→C {} / write {} / plugin run {} / after all {}",
         fs.name(),
         rounds,
         flushes.div_ceil(stride) + 1,
@@ -142,6 +146,11 @@ pub fn lab(fs: Fs) {
         outcomes[1],
         outcomes[2],
         failures.len(),
+        cut_in[0],
+        cut_in[1],
+        cut_in[2],
+        cut_in[3],
+        cut_in[4],
     );
     for (c, old, new, neither, sample) in &control_rows {
         println!(
