@@ -6,28 +6,43 @@
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::MutexGuard;
 
 use durasync_powerloss::{CutMode, CutPlan, VolatileDisk};
 
 use crate::rig::Loop;
 use crate::{can_run, serial};
 
-fn backing(dir: &std::path::Path, len: usize) -> std::path::PathBuf {
-    let path = dir.join("backing.img");
-    fs::write(&path, vec![b'.'; len]).unwrap();
-    fs::create_dir(dir.join("fuse")).unwrap();
-    path
+/// A volatile disk serving a `len`-byte backing file of dots, mounted in a
+/// fresh directory; `None` (after `cannot_check`) where it cannot run. Holds
+/// this binary's turn until dropped (the disk is unmounted first).
+struct Served {
+    disk: VolatileDisk,
+    backing: PathBuf,
+    _dir: tempfile::TempDir,
+    _turn: MutexGuard<'static, ()>,
+}
+
+fn serve(len: usize) -> Option<Served> {
+    let turn = serial();
+    if !can_run(None) {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let backing = dir.path().join("backing.img");
+    fs::write(&backing, vec![b'.'; len]).unwrap();
+    fs::create_dir(dir.path().join("fuse")).unwrap();
+    let disk = VolatileDisk::mount(&backing, &dir.path().join("fuse")).unwrap();
+    Some(Served { disk, backing, _dir: dir, _turn: turn })
 }
 
 #[test]
 fn a_write_through_the_served_file_persists_only_at_its_fsync() {
-    let _turn = serial();
-    if !can_run(None) {
+    let Some(served) = serve(1 << 20) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = backing(dir.path(), 1 << 20);
-    let disk = VolatileDisk::mount(&path, &dir.path().join("fuse")).unwrap();
+    };
+    let (disk, path) = (&served.disk, &served.backing);
     let f = File::options().read(true).write(true).open(disk.image_path()).unwrap();
     assert_eq!(f.metadata().unwrap().len(), 1 << 20);
     f.write_all_at(b"cached", 4090).unwrap();
@@ -43,13 +58,10 @@ fn a_write_through_the_served_file_persists_only_at_its_fsync() {
 
 #[test]
 fn after_a_cut_unflushed_writes_are_gone_and_every_request_fails_with_eio() {
-    let _turn = serial();
-    if !can_run(None) {
+    let Some(served) = serve(1 << 20) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = backing(dir.path(), 1 << 20);
-    let disk = VolatileDisk::mount(&path, &dir.path().join("fuse")).unwrap();
+    };
+    let (disk, path) = (&served.disk, &served.backing);
     let mut f = File::options().read(true).write(true).open(disk.image_path()).unwrap();
     f.write_all(b"kept").unwrap();
     f.sync_data().unwrap();
@@ -67,13 +79,10 @@ fn after_a_cut_unflushed_writes_are_gone_and_every_request_fails_with_eio() {
 
 #[test]
 fn a_loop_device_flush_reaches_the_image_as_a_persisting_fsync() {
-    let _turn = serial();
-    if !can_run(None) {
+    let Some(served) = serve(4 << 20) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = backing(dir.path(), 4 << 20);
-    let disk = VolatileDisk::mount(&path, &dir.path().join("fuse")).unwrap();
+    };
+    let (disk, path) = (&served.disk, &served.backing);
     {
         let lp = Loop::attach(&disk.image_path());
         // Armed after attaching: configuring a loop device may flush its file.
@@ -89,5 +98,4 @@ fn a_loop_device_flush_reaches_the_image_as_a_persisting_fsync() {
         assert!(fs::read(&path).unwrap()[8192..12288].iter().all(|&b| b == b'L'));
         drop(dev);
     }
-    drop(disk);
 }
