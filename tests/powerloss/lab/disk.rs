@@ -49,9 +49,9 @@ fn a_write_through_the_served_file_persists_only_at_its_fsync() {
     let mut back = [0u8; 8];
     f.read_exact_at(&mut back, 4089).unwrap();
     assert_eq!(&back, b".cached.");
-    assert_eq!(&fs::read(&path).unwrap()[4089..4097], b"........", "persisted before any fsync");
+    assert_eq!(&fs::read(path).unwrap()[4089..4097], b"........", "persisted before any fsync");
     f.sync_all().unwrap();
-    assert_eq!(&fs::read(&path).unwrap()[4089..4097], b".cached.");
+    assert_eq!(&fs::read(path).unwrap()[4089..4097], b".cached.");
     assert_eq!(disk.switch().stats().flushes, 1);
     drop(f);
 }
@@ -73,7 +73,7 @@ fn after_a_cut_unflushed_writes_are_gone_and_every_request_fails_with_eio() {
     assert!(eio(f.seek(SeekFrom::Start(0)).map(drop).and_then(|()| f.read_exact(&mut buf))));
     assert!(eio(f.write_all(b"more")));
     assert!(eio(f.sync_all()));
-    assert_eq!(&fs::read(&path).unwrap()[..8], b"kept....");
+    assert_eq!(&fs::read(path).unwrap()[..8], b"kept....");
     assert_eq!(disk.switch().stats().dropped_pages, 1);
 }
 
@@ -95,7 +95,7 @@ fn a_loop_device_flush_reaches_the_image_as_a_persisting_fsync() {
         dev.sync_all().unwrap();
         let s = disk.switch().stats();
         assert!(s.flushes >= 1 && s.cut, "the device's fsync flushed the image: {s:?}");
-        assert!(fs::read(&path).unwrap()[8192..12288].iter().all(|&b| b == b'L'));
+        assert!(fs::read(path).unwrap()[8192..12288].iter().all(|&b| b == b'L'));
         drop(dev);
     }
 }
