@@ -1,0 +1,159 @@
+//! The trees a round moves between and how a recovered target is judged:
+//! generation A (the golden image's), B (a sync with carried, changed,
+//! mode-only, added and removed files and new subdirectories), C (B with
+//! one file changed: the one-file fast path), and the lone file F.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use crate::support::snapshot::snapshot;
+
+/// One file of a tree: relative path, bytes, permission bits.
+pub type Entry = (String, Vec<u8>, u32);
+
+/// Bytes of a file: a header naming it and its generation, padded to `len`
+/// so some files span many blocks.
+fn bytes(name: &str, tag: &str, len: usize) -> Vec<u8> {
+    let mut out = format!("{name} @ {tag}\n").into_bytes();
+    let mut i = 0u32;
+    while out.len() < len {
+        out.extend_from_slice(format!("{tag}{i:06} ").as_bytes());
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// The target's three generations.
+pub fn generation(which: char) -> Vec<Entry> {
+    let mut t: Vec<Entry> = Vec::new();
+    // Carried: the same in A, B and C.
+    for (i, len) in [(1, 40_000), (2, 300), (3, 9_000), (4, 0)] {
+        let n = format!("carried-{i}");
+        t.push((n.clone(), bytes(&n, "A", len), 0o644));
+    }
+    t.push(("sub/kept".into(), bytes("sub/kept", "A", 5_000), 0o644));
+    match which {
+        'A' => {
+            t.push(("changed-1".into(), bytes("changed-1", "A", 12_000), 0o644));
+            t.push(("changed-2".into(), bytes("changed-2", "A", 100), 0o600));
+            t.push(("mode-only".into(), bytes("mode-only", "A", 2_000), 0o644));
+            t.push(("removed-1".into(), bytes("removed-1", "A", 7_000), 0o644));
+            t.push(("removed-2".into(), bytes("removed-2", "A", 10), 0o755));
+            t.push(("sub/changed".into(), bytes("sub/changed", "A", 4_096), 0o640));
+        }
+        'B' | 'C' => {
+            let one = if which == 'C' { "C" } else { "B" };
+            t.push(("changed-1".into(), bytes("changed-1", one, 20_000), 0o644));
+            t.push(("changed-2".into(), bytes("changed-2", "B", 90), 0o600));
+            t.push(("mode-only".into(), bytes("mode-only", "A", 2_000), 0o600));
+            t.push(("added-1".into(), bytes("added-1", "B", 33_000), 0o644));
+            t.push(("added-2".into(), bytes("added-2", "B", 1), 0o400));
+            t.push(("sub/changed".into(), bytes("sub/changed", "B", 4_097), 0o640));
+            t.push(("newdir/a".into(), bytes("newdir/a", "B", 6_000), 0o644));
+            t.push(("newdir/deeper/b".into(), bytes("newdir/deeper/b", "B", 500), 0o644));
+        }
+        _ => unreachable!("generations are A, B, C"),
+    }
+    t
+}
+
+/// The lone file's two generations (a `durasync write`).
+pub fn lone_file(which: char) -> Vec<u8> {
+    bytes("file", &which.to_string(), if which == 'A' { 3_000 } else { 5_000 })
+}
+
+/// Write `tree` under `dir` (created), subdirectories 0755, exact modes;
+/// with `fsync`, each file is fsynced on the fd that wrote it.
+pub fn materialise(tree: &[Entry], dir: &Path, fsync: bool) {
+    fs::create_dir_all(dir).unwrap();
+    for (rel, data, mode) in tree {
+        let path = dir.join(rel);
+        let parent = path.parent().unwrap();
+        if !parent.exists() {
+            fs::create_dir_all(parent).unwrap();
+            set_mode_tree(dir, parent);
+        }
+        let mut f = File::create(&path).unwrap();
+        f.write_all(data).unwrap();
+        f.set_permissions(fs::Permissions::from_mode(*mode)).unwrap();
+        if fsync {
+            f.sync_all().unwrap();
+        }
+    }
+}
+
+/// Give every directory from `root` (exclusive) down to `dir` mode 0755.
+fn set_mode_tree(root: &Path, dir: &Path) {
+    let mut d = dir;
+    while d != root {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+        d = d.parent().unwrap();
+    }
+}
+
+/// What `dir` holds beneath it (names, kinds, bytes, modes), without the
+/// entry for `dir` itself.
+pub fn contents(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    snapshot(dir, "", &mut out);
+    out.remove("");
+    out
+}
+
+/// The contents a tree materialises to (through a scratch directory, so
+/// the comparison uses the one snapshot function).
+pub fn expected(tree: &[Entry], scratch: &Path) -> BTreeMap<String, String> {
+    let _ = fs::remove_dir_all(scratch);
+    materialise(tree, scratch, false);
+    let c = contents(scratch);
+    fs::remove_dir_all(scratch).unwrap();
+    c
+}
+
+/// The "unsynced" marker's prefix (host/src/durable/marker.rs): the marker
+/// is deliberately not fsynced, so after a power cut it may come back; it
+/// then costs the next sync one full rewrite and is not a leftover.
+pub const MARKER_PREFIX: &str = ".durasync-unsynced-";
+
+/// Whether `name` is one of durasync's own entries that may stay: its lock
+/// or an "unsynced" marker.
+pub fn kept(name: &str) -> bool {
+    name == durasync::durable::names::LOCK_NAME || name.starts_with(MARKER_PREFIX)
+}
+
+/// Every name under `dir` (recursively) that is durasync's but neither its
+/// lock nor a marker: leftovers `durasync recover` should have removed.
+pub fn leftovers(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".durasync") && !kept(&name) {
+            found.push(e.path().display().to_string());
+        } else if e.file_type().unwrap().is_dir() {
+            found.extend(leftovers(&e.path()));
+        }
+    }
+    found
+}
+
+/// A short description of how `got` differs from `want`.
+pub fn diff(got: &BTreeMap<String, String>, want: &BTreeMap<String, String>) -> String {
+    let mut out = Vec::new();
+    for (k, v) in want {
+        match got.get(k) {
+            None => out.push(format!("missing {k}")),
+            Some(g) if g != v => out.push(format!("{k}: {:?}", g.chars().take(40).collect::<String>())),
+            Some(_) => {}
+        }
+    }
+    for k in got.keys().filter(|k| !want.contains_key(*k)) {
+        out.push(format!("extra {k}"));
+    }
+    out.truncate(6);
+    out.join("; ")
+}
