@@ -149,24 +149,25 @@ mod tests {
     #[test]
     fn each_broken_link_is_named() {
         let (sk, pk) = key(7);
+        let keys = vec![pk];
         let (other, _) = key(9);
         let none = BTreeMap::new();
         let p = payload(D, "null");
         let why = |r: Result<String, String>| r.unwrap_err();
         assert!(
-            why(check(&p, Some(&sign(&other, &p)), D, &[pk.clone()], &none))
+            why(check(&p, Some(&sign(&other, &p)), D, &keys, &none))
                 .contains("none of the trusted keys")
         );
         let d2 = D.replace('0', "f");
         let p2 = payload(&d2, "null");
-        assert!(why(check(&p2, Some(&sign(&sk, &p2)), D, &[pk.clone()], &none)).contains("signs digest"));
-        assert!(why(check(&p, None, D, &[pk.clone()], &none)).contains("annotation"));
-        assert!(why(check(&p, Some("%%"), D, &[pk.clone()], &none)).contains("base64"));
+        assert!(why(check(&p2, Some(&sign(&sk, &p2)), D, &keys, &none)).contains("signs digest"));
+        assert!(why(check(&p, None, D, &keys, &none)).contains("annotation"));
+        assert!(why(check(&p, Some("%%"), D, &keys, &none)).contains("base64"));
         let ann = BTreeMap::from([("channel".to_owned(), "stable".to_owned())]);
-        assert!(why(check(&p, Some(&sign(&sk, &p)), D, &[pk.clone()], &ann)).contains("channel"));
+        assert!(why(check(&p, Some(&sign(&sk, &p)), D, &keys, &ann)).contains("channel"));
         let mut tampered = p.clone();
         tampered.push(b' ');
-        assert!(why(check(&tampered, Some(&sign(&sk, &p)), D, &[pk], &none)).contains("none of the trusted"));
+        assert!(why(check(&tampered, Some(&sign(&sk, &p)), D, &keys, &none)).contains("none of the trusted"));
         assert!(
             PublicKey::from_pem("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----", "k").is_err()
         );
