@@ -164,7 +164,7 @@ fn a_blob_over_the_limit_is_refused_before_fetching_or_while_streaming() {
     assert_status(&out, POLICY);
     assert!(text(&out).contains("larger than the limit of 1000 bytes"), "{}", text(&out));
     assert_eq!(blob_requests(&fake), 1);
-    assert_cache_holds(tmp.path(), &[digest(&lying)]);
+    assert_cache_holds(tmp.path(), &[digest(&m), digest(&lying)]);
 }
 
 #[test]

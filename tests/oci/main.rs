@@ -13,6 +13,7 @@
 #[allow(dead_code)]
 mod support;
 
+mod auth;
 mod cross;
 mod fake;
 mod faults;
@@ -61,6 +62,11 @@ fn have(tool: &str) -> bool {
 
 /// `durasync ARGS` with a private cache, no inherited docker config.
 fn durasync(cache: &Path, args: &[&str]) -> Output {
+    durasync_env(cache, args, &[])
+}
+
+/// `durasync ARGS` with a private cache and these environment variables.
+fn durasync_env(cache: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output {
     Command::new(support::durasync())
         .args(args)
         .env("XDG_CACHE_HOME", cache)
@@ -68,6 +74,7 @@ fn durasync(cache: &Path, args: &[&str]) -> Output {
         .env_remove("DOCKER_CONFIG")
         .env_remove("REGISTRY_AUTH_FILE")
         .env("DURASYNC_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap()
 }
@@ -97,17 +104,25 @@ struct RealRegistry {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    /// Extra top-level config (an `auth:` section).
+    extra: String,
 }
 
 impl RealRegistry {
     /// `None` (after `cannot_check`) when the package is not installed.
     fn start() -> Option<RealRegistry> {
+        Self::start_with(|_| String::new())
+    }
+
+    /// With extra config, made from the registry's own temporary directory.
+    fn start_with(extra: impl FnOnce(&Path) -> String) -> Option<RealRegistry> {
         if !have("docker-registry") {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let mut r = RealRegistry { child: None, port, dir };
+        let extra = extra(dir.path());
+        let mut r = RealRegistry { child: None, port, dir, extra };
         r.spawn();
         Some(r)
     }
@@ -118,9 +133,10 @@ impl RealRegistry {
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{}\n",
+                 http:\n  addr: 127.0.0.1:{}\n{}",
                 self.dir.path().join("storage").display(),
-                self.port
+                self.port,
+                self.extra
             ),
         )
         .unwrap();
@@ -138,7 +154,7 @@ impl RealRegistry {
                 let log = std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default();
                 panic!("docker-registry exited ({status}) before it was ready:\n{log}");
             }
-            if http_status(self.port, "/v2/") == Some(200) {
+            if matches!(http_status(self.port, "/v2/"), Some(200 | 401)) {
                 break;
             }
             assert!(Instant::now() < deadline, "docker-registry did not answer on port {}", self.port);

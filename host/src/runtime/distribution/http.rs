@@ -251,7 +251,11 @@ fn status_error(url: &str, resp: ureq::Response) -> Error {
         401 | 403 => "; give credentials with `docker login` (docker config.json or REGISTRY_AUTH_FILE)",
         _ => "",
     };
-    Error::Status { url: url.to_owned(), status, detail: format!("{}{hint}", text.trim()) }
+    let detail = match (text.trim(), hint) {
+        ("", hint) => hint.trim_start_matches("; ").to_owned(),
+        (text, hint) => format!("{text}{hint}"),
+    };
+    Error::Status { url: url.to_owned(), status, detail }
 }
 
 /// The base64 `user:password` for `registry` from the docker config users

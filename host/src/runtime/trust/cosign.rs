@@ -155,8 +155,7 @@ mod tests {
         let p = payload(D, "null");
         let why = |r: Result<String, String>| r.unwrap_err();
         assert!(
-            why(check(&p, Some(&sign(&other, &p)), D, &keys, &none))
-                .contains("none of the trusted keys")
+            why(check(&p, Some(&sign(&other, &p)), D, &keys, &none)).contains("none of the trusted keys")
         );
         let d2 = D.replace('0', "f");
         let p2 = payload(&d2, "null");
