@@ -198,8 +198,9 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
             let runtime = Runtime::new(&CacheConfig::Default)?;
             let v =
                 trust::verified_component(runtime.registry()?, &r, &policy).map_err(runtime::Error::from)?;
+            let bytes = v.read().map_err(runtime::Error::from)?;
             manifest_digest = Some(v.manifest_digest);
-            (r.to_string(), v.bytes)
+            (r.to_string(), bytes)
         }
         None => {
             let wasm = std::fs::read(&args.target).with_context(|| format!("reading {target}"))?;

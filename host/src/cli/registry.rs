@@ -99,15 +99,13 @@ pub fn pull(args: &PullArgs) -> Result<()> {
     let registry =
         Registry::new(args.registry.settings()).map_err(trust::Error::from).map_err(runtime::Error::from)?;
     let v = trust::fetch_component(&registry, &r, &policy).map_err(runtime::Error::from)?;
-    // What the component is, from its binary (no compile): a pull of
-    // something that is not a plugin says so, but it is still cached.
     let pinned = r.with_digest(&v.manifest_digest);
     if args.json {
         let out = json!({
             "reference": r.to_string(),
             "manifest_digest": v.manifest_digest,
             "sha256": v.sha256,
-            "bytes": v.bytes.len(),
+            "bytes": v.size,
             "signed_by": v.signed_by,
             "offline": v.offline,
             "pinned": pinned.to_string(),
@@ -117,7 +115,7 @@ pub fn pull(args: &PullArgs) -> Result<()> {
         println!("reference:       {r}");
         println!("manifest digest: {}", v.manifest_digest);
         println!("sha256:          {}", v.sha256);
-        println!("size:            {} bytes", v.bytes.len());
+        println!("size:            {} bytes", v.size);
         if let Some(k) = &v.signed_by {
             println!("signed by:       {k}");
         }

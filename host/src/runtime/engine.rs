@@ -146,7 +146,8 @@ impl Runtime {
                     offline = v.offline,
                     "component verified"
                 );
-                Ok(Fetched { bytes: v.bytes, sha256: v.sha256, manifest_digest: Some(v.manifest_digest) })
+                let bytes = v.read()?;
+                Ok(Fetched { bytes, sha256: v.sha256, manifest_digest: Some(v.manifest_digest) })
             }
         }
     }

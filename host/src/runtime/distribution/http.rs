@@ -35,7 +35,10 @@ pub(crate) enum Body<'a> {
 
 /// The client of one process: connection pool, tokens.
 pub(crate) struct Http {
-    agent: ureq::Agent,
+    /// Built on the first request: a digest served from the cache never
+    /// pays for the TLS configuration (the web PKI roots are parsed).
+    agent: std::sync::OnceLock<ureq::Agent>,
+    timeout: Duration,
     attempts: u32,
     backoff: Duration,
     insecure: Vec<String>,
@@ -45,20 +48,26 @@ pub(crate) struct Http {
 
 impl Http {
     pub(crate) fn new(settings: &Settings) -> Http {
-        let agent = ureq::AgentBuilder::new()
-            .timeout_connect(settings.timeout)
-            .timeout_read(settings.timeout)
-            .timeout_write(settings.timeout)
-            .redirects(5)
-            .user_agent(concat!("durasync/", env!("CARGO_PKG_VERSION")))
-            .build();
         Http {
-            agent,
+            agent: std::sync::OnceLock::new(),
+            timeout: settings.timeout,
             attempts: settings.attempts.max(1),
             backoff: settings.backoff,
             insecure: settings.insecure.clone(),
             tokens: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn agent(&self) -> &ureq::Agent {
+        self.agent.get_or_init(|| {
+            ureq::AgentBuilder::new()
+                .timeout_connect(self.timeout)
+                .timeout_read(self.timeout)
+                .timeout_write(self.timeout)
+                .redirects(5)
+                .user_agent(concat!("durasync/", env!("CARGO_PKG_VERSION")))
+                .build()
+        })
     }
 
     /// `http://` or `https://` and the registry: plain HTTP only for
@@ -130,7 +139,7 @@ impl Http {
         let key = format!("{registry} {scope}");
         let mut auth = self.tokens.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         for round in 0..2 {
-            let mut req = self.agent.request(method, url);
+            let mut req = self.agent().request(method, url);
             for (k, v) in headers {
                 req = req.set(k, v);
             }
@@ -194,7 +203,7 @@ impl Http {
         }
         let params = parse_challenge(params);
         let Some(realm) = params.get("realm") else { return Ok(None) };
-        let mut req = self.agent.get(realm).query("scope", scope);
+        let mut req = self.agent().get(realm).query("scope", scope);
         if let Some(service) = params.get("service") {
             req = req.query("service", service);
         }

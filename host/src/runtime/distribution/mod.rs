@@ -346,10 +346,27 @@ impl Registry {
         )
     }
 
-    /// The bytes of blob `desc` of repository `r`, from the cache or
-    /// streamed into it, checked against its digest and `limit` (the
-    /// descriptor's size is checked before anything is fetched).
+    /// The bytes of blob `desc` of repository `r` (see [`Registry::blob_file`]).
     pub fn blob(&self, r: &Reference, desc: &Descriptor, limit: u64, what: &str) -> Result<Vec<u8>, Error> {
+        let path = self.blob_file(r, desc, limit, what)?;
+        // Re-hashed by `read`: the bytes handed out are the digest's.
+        self.store.read(&desc.digest, limit).ok_or_else(|| Error::Cache {
+            path: path.display().to_string(),
+            reason: "the blob just verified cannot be read back".into(),
+        })
+    }
+
+    /// The cache file of blob `desc` of repository `r`, held already
+    /// (re-hashed as a stream) or streamed into the cache now, checked
+    /// against its digest and `limit` (the descriptor's size is checked
+    /// before anything is fetched). Memory does not grow with the blob.
+    pub fn blob_file(
+        &self,
+        r: &Reference,
+        desc: &Descriptor,
+        limit: u64,
+        what: &str,
+    ) -> Result<PathBuf, Error> {
         layout::check_descriptor(desc)?;
         if desc.size > limit {
             return Err(Error::TooLarge {
@@ -357,22 +374,16 @@ impl Registry {
                 limit,
             });
         }
-        if let Some(bytes) = self.store.read(&desc.digest, limit) {
-            return Ok(bytes);
+        if let Some(path) = self.store.verified_path(&desc.digest, limit) {
+            return Ok(path);
         }
         let url = self.url(r, "blobs", &desc.digest);
-        let path = self
-            .http
+        self.http
             .send("GET", &url, &r.registry, &Self::scope(r, false), &[], &Body::Empty, &[200], |resp| {
                 let expect = Expect { digest: &desc.digest, limit: limit.min(desc.size), what };
                 self.store.write(&expect, &mut resp.into_reader())
             })?
-            .ok_or_else(|| Error::NotFound { what: format!("{what} {} of {r}", desc.digest) })?;
-        // Read back once: the caller needs the bytes; re-hashed by `read`.
-        self.store.read(&desc.digest, limit).ok_or_else(|| Error::Cache {
-            path: path.display().to_string(),
-            reason: "the blob just written cannot be read back".into(),
-        })
+            .ok_or_else(|| Error::NotFound { what: format!("{what} {} of {r}", desc.digest) })
     }
 
     /// cosign's signature manifest for `manifest_digest` (the

@@ -112,6 +112,30 @@ impl Store {
         Some(bytes)
     }
 
+    /// The path of cached blob `digest` after hashing it as a stream
+    /// (memory does not grow with the blob), or `None` when it is not held
+    /// or not trustworthy (then it is removed and fetched again).
+    pub(crate) fn verified_path(&self, digest: &str, limit: u64) -> Option<PathBuf> {
+        let path = self.blob_path(digest);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        if let Err(why) = trusted(&meta, "cached blob") {
+            tracing::warn!("oci cache: {}: {why}; fetching it again", path.display());
+            return None;
+        }
+        if meta.len() > limit {
+            return None;
+        }
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut std::fs::File::open(&path).ok()?, &mut hasher).ok()?;
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != digest {
+            tracing::warn!("oci cache: {} holds {actual}; removing it", path.display());
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        Some(path)
+    }
+
     /// Whether blob `digest` is held (not re-hashed: use [`Store::read`]).
     pub(crate) fn has(&self, digest: &str) -> bool {
         self.blob_path(digest).is_file()

@@ -95,11 +95,14 @@ impl Error {
     }
 }
 
-/// A component whose chain of trust was checked.
+/// A component whose chain of trust was checked; its bytes stay in the
+/// blob cache until [`Verified::read`] (a pull never holds them in memory).
 #[derive(Debug, Clone)]
 pub struct Verified {
-    /// The component.
-    pub bytes: Vec<u8>,
+    /// The component's file in the blob cache.
+    pub path: std::path::PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
     /// Its sha256 (lowercase hex).
     pub sha256: String,
     /// The manifest digest that was proven (log it, export it, pin it).
@@ -108,6 +111,27 @@ pub struct Verified {
     pub signed_by: Option<String>,
     /// Served from the cache because the registry could not be reached.
     pub offline: bool,
+}
+
+impl Verified {
+    /// The component's bytes, hashed again as they are read: what is handed
+    /// to the compiler is exactly what was verified.
+    pub fn read(&self) -> Result<Vec<u8>, Error> {
+        let bytes = std::fs::read(&self.path).map_err(|e| distribution::Error::Cache {
+            path: self.path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let actual = sha256_hex(&bytes);
+        if actual != self.sha256 {
+            return Err(distribution::Error::DigestMismatch {
+                what: format!("cached component {}", self.path.display()),
+                expected: format!("sha256:{}", self.sha256),
+                actual: format!("sha256:{actual}"),
+            }
+            .into());
+        }
+        Ok(bytes)
+    }
 }
 
 impl Policy {
@@ -154,9 +178,11 @@ pub fn fetch_component(
     };
     // Link 3: exactly one wasm layer; link 4: its bytes match its digest.
     let layer = resolved.manifest.wasm_layer(&digest)?;
-    let bytes = registry.blob(reference, layer, registry.settings().max_blob_bytes, "wasm layer")?;
-    // Link 5: the bytes are the pinned ones.
-    let sha256 = sha256_hex(&bytes);
+    let path = registry.blob_file(reference, layer, registry.settings().max_blob_bytes, "wasm layer")?;
+    // Link 5: the bytes are the pinned ones. The layer's digest is the
+    // sha256 of exactly these bytes (checked as they were stored or read).
+    let sha256 = layer.digest.trim_start_matches("sha256:").to_owned();
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(layer.size);
     if let Some(pin) = &policy.sha256
         && pin != &sha256
     {
@@ -166,7 +192,14 @@ pub fn fetch_component(
             actual: sha256,
         });
     }
-    Ok(Verified { bytes, sha256, manifest_digest: digest, signed_by, offline: resolved.offline })
+    Ok(Verified {
+        path,
+        size,
+        sha256,
+        manifest_digest: digest,
+        signed_by,
+        offline: resolved.offline,
+    })
 }
 
 /// A signature over `digest` by one of the policy's keys: the source of the
