@@ -131,6 +131,19 @@ fn a_component_pushed_by_durasync_is_read_back_by_skopeo_and_runs_pinned_by_dige
     assert_status(&out, OK);
     assert_eq!(std::fs::read_to_string(work.join("out/env/GREETING")).unwrap(), "hello\n");
 
+    // `--no-cache`: pulled into a private temporary directory, removed after.
+    let tmpdir = tmp.path().join("tmpdir");
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let input = work.join("input");
+    let out = durasync_env(
+        &tmp.path().join("unused-cache"),
+        &["run", manifest.to_str().unwrap(), "--input", input.to_str().unwrap(), "--no-cache"],
+        &[("TMPDIR", &tmpdir)],
+    );
+    assert_status(&out, OK);
+    assert_eq!(std::fs::read_dir(&tmpdir).unwrap().count(), 0, "--no-cache left its blobs behind");
+    assert!(!tmp.path().join("unused-cache/durasync").exists());
+
     // `inspect` and `compile` accept it too.
     let out = durasync(&cache, &["inspect", manifest.to_str().unwrap(), "--json"]);
     assert_status(&out, OK);

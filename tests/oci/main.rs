@@ -106,6 +106,8 @@ struct RealRegistry {
     dir: tempfile::TempDir,
     /// Extra top-level config (an `auth:` section).
     extra: String,
+    /// Spawns left on another port when the chosen one was taken.
+    retries_left: u32,
 }
 
 impl RealRegistry {
@@ -122,8 +124,9 @@ impl RealRegistry {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let extra = extra(dir.path());
-        let mut r = RealRegistry { child: None, port, dir, extra };
+        let mut r = RealRegistry { child: None, port, dir, extra, retries_left: 3 };
         r.spawn();
+        r.retries_left = 0;
         Some(r)
     }
 
@@ -147,11 +150,19 @@ impl RealRegistry {
             .stderr(std::fs::File::create(self.dir.path().join("registry.log")).unwrap())
             .spawn()
             .unwrap();
-        // Ready when /v2/ answers 200; the deadline only bounds a failure.
+        // Ready when /v2/ answers (200, or 401 with auth); the deadline
+        // only bounds a failure.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = child.try_wait().unwrap() {
                 let log = std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default();
+                // The free port was taken by someone else in between: once
+                // more on another port (a restart keeps its port: no retry).
+                if log.contains("address already in use") && self.retries_left > 0 {
+                    self.retries_left -= 1;
+                    self.port = free_port();
+                    return self.spawn();
+                }
                 panic!("docker-registry exited ({status}) before it was ready:\n{log}");
             }
             if matches!(http_status(self.port, "/v2/"), Some(200 | 401)) {

@@ -192,14 +192,7 @@ pub fn fetch_component(
             actual: sha256,
         });
     }
-    Ok(Verified {
-        path,
-        size,
-        sha256,
-        manifest_digest: digest,
-        signed_by,
-        offline: resolved.offline,
-    })
+    Ok(Verified { path, size, sha256, manifest_digest: digest, signed_by, offline: resolved.offline })
 }
 
 /// A signature over `digest` by one of the policy's keys: the source of the
