@@ -87,3 +87,119 @@ fn an_agent_with_oci_manifests_restarts_and_reconciles_while_the_registry_is_dow
     assert_status(&out, OK);
     assert!(!text(&out).contains("offline"), "{}", text(&out));
 }
+
+/// Lines of a child's stderr, as they come.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The first line that passes `want` (the deadline only bounds a failure).
+fn wait_line(rx: &std::sync::mpsc::Receiver<String>, want: impl Fn(&str) -> bool, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if want(&line) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no log line for {what}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_tag_moved_to_an_unsigned_release_keeps_the_last_good_version_running_until_it_is_signed() {
+    let Some(reg) = RealRegistry::start() else { return };
+    if !have("skopeo") || !have("openssl") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cache = dir.join("cache");
+    let registry = reg.registry();
+    let (key, public) = openssl_key(dir, "vendor");
+    let sign = |d: &str| {
+        let p = payload(&format!("{registry}/vendor/example"), d, serde_json::json!(null));
+        let sig = openssl_sign(dir, &key, &p);
+        skopeo_push_signature(dir, &registry, "vendor/example", d, p, &sig);
+    };
+    let d1 = durasync_push(&cache, &registry, "vendor/example:stable");
+    sign(&d1);
+
+    let conf = dir.join("agent.d");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    let input = dir.join("input");
+    std::fs::write(&input, "GREETING=hello\n").unwrap();
+    std::fs::write(
+        conf.join("example.toml"),
+        format!(
+            "name = \"example\"\nwasm = \"oci://{registry}/vendor/example:stable\"\n\
+             [verify]\nkeys = [\"{}\"]\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n[input]\nfile = \"{}\"\n",
+            public.display(),
+            out.display(),
+            input.display()
+        ),
+    )
+    .unwrap();
+    let mut agent = Command::new(support::durasync())
+        .args(["agent", "--config-dir", conf.to_str().unwrap(), "--cache-dir"])
+        .arg(cache.join("durasync"))
+        .env("DURASYNC_LOG", "info")
+        .env("HOME", &cache)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = lines_of(&mut agent);
+    let hup = |pid: u32| {
+        let s = Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap();
+        assert!(s.success());
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d1), "release 1 verified");
+        wait_line(&logs, |l| l.contains("first round done"), "the first run");
+        assert_eq!(std::fs::read_to_string(out.join("env/GREETING")).unwrap(), "hello\n");
+
+        // The tag moves to a release nobody signed; a reload refuses it.
+        let layout = dir.join("unsigned");
+        let wasm = std::fs::read(example_wasm()).unwrap();
+        let config = blob("application/vnd.wasm.config.v0+json", br#"{"release":2}"#.to_vec());
+        let d2 = oci_layout(&layout, "stable", &config, &[blob("application/wasm", wasm)]);
+        skopeo_push(&layout, "stable", &registry, "vendor/example");
+        hup(agent.id());
+        let refused = wait_line(&logs, |l| l.contains("reload failed"), "the refused reload");
+        assert!(refused.contains("previous version keeps running") && refused.contains(&d2), "{refused}");
+        assert!(refused.contains("not signed"), "{refused}");
+
+        // The last good version keeps syncing.
+        std::fs::write(dir.join("input.new"), "GREETING=again\n").unwrap();
+        std::fs::rename(dir.join("input.new"), &input).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while std::fs::read_to_string(out.join("env/GREETING")).unwrap_or_default() != "again\n" {
+            assert!(Instant::now() < deadline, "the last good version did not run on the new input");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+
+        // Once the vendor signs it, a reload takes it.
+        sign(&d2);
+        hup(agent.id());
+        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d2), "release 2 verified");
+    }));
+    let _ = Command::new("kill").args(["-TERM", &agent.id().to_string()]).status();
+    let _ = agent.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
