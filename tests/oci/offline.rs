@@ -203,3 +203,43 @@ fn a_tag_moved_to_an_unsigned_release_keeps_the_last_good_version_running_until_
         std::panic::resume_unwind(e);
     }
 }
+
+#[test]
+fn an_air_gapped_node_pulls_through_a_mirror_under_the_original_name() {
+    let Some(reg) = RealRegistry::start() else { return };
+    if !have("skopeo") || !have("openssl") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cache = dir.join("cache");
+    let mirror = reg.registry();
+    let (key, public) = openssl_key(dir, "vendor");
+    // The mirror holds the vendor's artifact and signature, copied under the
+    // same repository (signed with the original name).
+    let d = durasync_push(&cache, &mirror, "vendor/example:1");
+    let p = payload("registry.example.invalid/vendor/example", &d, serde_json::json!(null));
+    let sig = openssl_sign(dir, &key, &p);
+    skopeo_push_signature(dir, &mirror, "vendor/example", &d, p, &sig);
+
+    let original = "oci://registry.example.invalid/vendor/example";
+    let mirrors = dir.join("mirrors");
+    std::fs::write(&mirrors, format!("registry.example.invalid={mirror}")).unwrap();
+    let with_mirror = |cache: &Path, args: &[&str]| {
+        Command::new(support::durasync())
+            .args(args)
+            .env("XDG_CACHE_HOME", cache)
+            .env("HOME", cache)
+            .env("DURASYNC_REGISTRY_MIRRORS", std::fs::read_to_string(&mirrors).unwrap())
+            .output()
+            .unwrap()
+    };
+    let out = with_mirror(&dir.join("c1"), &["pull", &format!("{original}@{d}")]);
+    assert_status(&out, OK);
+    assert_eq!(field(&out, "manifest digest:"), d);
+    assert!(field(&out, "pin it with:").contains("registry.example.invalid"), "{}", text(&out));
+    let out =
+        with_mirror(&dir.join("c2"), &["pull", &format!("{original}:1"), "--key", public.to_str().unwrap()]);
+    assert_status(&out, OK);
+    assert_eq!(field(&out, "signed by:"), public.display().to_string());
+}

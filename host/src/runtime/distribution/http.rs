@@ -42,6 +42,7 @@ pub(crate) struct Http {
     attempts: u32,
     backoff: Duration,
     insecure: Vec<String>,
+    mirrors: Vec<(String, String)>,
     /// Bearer tokens by `registry scope`.
     tokens: Mutex<HashMap<String, String>>,
 }
@@ -54,6 +55,7 @@ impl Http {
             attempts: settings.attempts.max(1),
             backoff: settings.backoff,
             insecure: settings.insecure.clone(),
+            mirrors: settings.mirrors.clone(),
             tokens: Mutex::new(HashMap::new()),
         }
     }
@@ -70,9 +72,15 @@ impl Http {
         })
     }
 
-    /// `http://` or `https://` and the registry: plain HTTP only for
-    /// loopback and listed registries.
+    /// The host that serves `registry`: its mirror when one is set.
+    pub(crate) fn host<'a>(&'a self, registry: &'a str) -> &'a str {
+        self.mirrors.iter().find(|(from, _)| from == registry).map_or(registry, |(_, to)| to.as_str())
+    }
+
+    /// `http://` or `https://` and the host serving the registry (its
+    /// mirror, if any): plain HTTP only for loopback and listed hosts.
     pub(crate) fn base(&self, registry: &str) -> String {
+        let registry = self.host(registry);
         let host = registry
             .rsplit_once(':')
             .map_or(registry, |(h, p)| if p.parse::<u16>().is_ok() { h } else { registry });
@@ -136,6 +144,8 @@ impl Http {
         headers: &[(&str, &str)],
         body: &Body<'_>,
     ) -> Result<Option<ureq::Response>, Error> {
+        // Credentials and tokens belong to the host actually asked.
+        let registry = self.host(registry);
         let key = format!("{registry} {scope}");
         let mut auth = self.tokens.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         for round in 0..2 {
@@ -310,11 +320,16 @@ mod tests {
 
     #[test]
     fn only_loopback_and_listed_registries_use_plain_http() {
-        let settings = Settings { insecure: vec!["registry.lan:5000".into()], ..Settings::default() };
+        let settings = Settings {
+            insecure: vec!["registry.lan:5000".into()],
+            mirrors: vec![("ghcr.io".into(), "127.0.0.1:5000".into())],
+            ..Settings::default()
+        };
         let http = Http::new(&settings);
+        assert_eq!(http.base("ghcr.io"), "http://127.0.0.1:5000", "a loopback mirror");
         assert_eq!(http.base("127.0.0.1:5000"), "http://127.0.0.1:5000");
         assert_eq!(http.base("localhost"), "http://localhost");
         assert_eq!(http.base("registry.lan:5000"), "http://registry.lan:5000");
-        assert_eq!(http.base("ghcr.io"), "https://ghcr.io");
+        assert_eq!(http.base("quay.io"), "https://quay.io");
     }
 }

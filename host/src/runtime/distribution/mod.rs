@@ -55,6 +55,11 @@ pub struct Settings {
     /// Registries (`host` or `host:port`) reached over plain HTTP besides
     /// loopback ones.
     pub insecure: Vec<String>,
+    /// `(REGISTRY, MIRROR)`: pull `REGISTRY/REPO` from `MIRROR/REPO` (an
+    /// air-gapped node's registry). References, cache keys and the trust
+    /// checks keep the original name; digests and signatures make the
+    /// mirror as trustworthy as the original.
+    pub mirrors: Vec<(String, String)>,
 }
 
 /// The default timeout of one request.
@@ -79,11 +84,23 @@ impl Default for Settings {
             backoff: Duration::from_millis(500),
             max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
             max_blob_bytes: DEFAULT_MAX_BLOB_BYTES,
-            insecure: std::env::var("DURASYNC_INSECURE_REGISTRIES")
-                .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
-                .unwrap_or_default(),
+            insecure: env_list("DURASYNC_INSECURE_REGISTRIES"),
+            mirrors: env_list("DURASYNC_REGISTRY_MIRRORS")
+                .into_iter()
+                .filter_map(|m| {
+                    let (from, to) = m.split_once('=')?;
+                    Some((from.trim().to_owned(), to.trim().to_owned()))
+                })
+                .collect(),
         }
     }
+}
+
+/// A comma-separated environment variable, empty items dropped.
+fn env_list(name: &str) -> Vec<String> {
+    std::env::var(name)
+        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// Everything pulling and pushing can fail with.
