@@ -76,7 +76,11 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
         .collect();
     let spec = Spec::parse(&block.join("\n"), Path::new("/etc/durasync/agent.d/kube-apiserver-certs.toml"))
         .unwrap_or_else(|e| panic!("{e}\n{}", block.join("\n")));
-    assert_eq!(spec.manifest.sha256, pinned_certsync_sha256(), "contrib/kubernetes pins another certsync");
+    assert_eq!(
+        spec.manifest.sha256,
+        Some(pinned_certsync_sha256()),
+        "contrib/kubernetes pins another certsync"
+    );
     assert_eq!(spec.input, Input::File("/var/lib/durasync/kube-apiserver-certs.json".into()));
     // The component comes with the image (contrib/image/build.sh puts it
     // there), never in the ConfigMap.
@@ -101,7 +105,7 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
 fn the_demo_config_dir_parses_and_pins_the_built_certsync() {
     let path = contrib("agent.d/certsync.toml");
     let spec = Spec::parse(&std::fs::read_to_string(&path).unwrap(), &path).unwrap();
-    assert_eq!(spec.manifest.sha256, pinned_certsync_sha256(), "contrib/agent.d pins another certsync");
+    assert_eq!(spec.manifest.sha256, Some(pinned_certsync_sha256()), "contrib/agent.d pins another certsync");
     let table: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
     assert_eq!(table["wasm"].as_str(), Some("../../target/wasm/wasm32-wasip2/release/certsync.wasm"));
     let Input::File(input) = &spec.input else { panic!("{:?}", spec.input) };

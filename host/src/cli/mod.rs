@@ -4,6 +4,7 @@ pub mod agent;
 pub mod exit;
 pub mod native;
 pub mod plugin;
+pub mod registry;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +31,10 @@ pub enum Command {
     Compile(plugin::CompileArgs),
     /// Show a plugin's sha256, WIT version, imports, exports, policy verdict and `describe`.
     Inspect(plugin::InspectArgs),
+    /// Fetch a plugin from an OCI registry into the cache; print its digests; verify with --key.
+    Pull(registry::PullArgs),
+    /// Publish a component to an OCI registry (the CNCF wasm artifact layout).
+    Push(registry::PushArgs),
     /// Keep every plugin instance of a config directory in sync, continuously.
     Agent(agent::AgentArgs),
 }
@@ -66,6 +71,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Run(args) => plugin::run(args),
         Command::Compile(args) => plugin::compile(args),
         Command::Inspect(args) => plugin::inspect(args),
+        Command::Pull(args) => registry::pull(args),
+        Command::Push(args) => registry::push(args),
         Command::Agent(args) => agent::run(args),
     }
 }

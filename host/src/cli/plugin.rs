@@ -8,8 +8,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::json;
 
+use durasync::runtime::distribution::reference::SCHEME as REF_SCHEME;
 use durasync::runtime::{
-    self, CacheConfig, CacheStatus, Interface, Manifest, Operation, RunRequest, Runtime,
+    self, CacheConfig, CacheStatus, Component, Interface, Manifest, Operation, RunRequest, Runtime, trust,
 };
 use durasync::services::text::{escape_all, escape_json_c1, escape_lines};
 
@@ -54,11 +55,15 @@ pub struct CompileArgs {
     pub cache_dir: Option<PathBuf>,
 }
 
-/// `durasync inspect PLUGIN.wasm|MANIFEST`
+/// `durasync inspect PLUGIN.wasm|MANIFEST|oci://REF`
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// A component (`.wasm`) or a manifest (`.toml`).
+    /// A component (`.wasm`), a manifest (`.toml`) or an `oci://` reference
+    /// (trusted by its digest or by `--key`).
     pub target: PathBuf,
+    /// For an `oci://` reference: a cosign public key (PEM) whose signature is required.
+    #[arg(long = "key", value_name = "FILE")]
+    pub keys: Vec<PathBuf>,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -171,17 +176,44 @@ pub fn compile(args: &CompileArgs) -> Result<()> {
 }
 
 pub fn inspect(args: &InspectArgs) -> Result<()> {
+    let target = args.target.to_string_lossy();
     let is_manifest = args.target.extension().is_some_and(|e| e == "toml");
     let manifest = if is_manifest { Some(Manifest::load(&args.target)?) } else { None };
-    let wasm_path = manifest.as_ref().map_or(args.target.clone(), |m| m.wasm.clone());
-    let wasm = std::fs::read(&wasm_path).with_context(|| format!("reading {}", wasm_path.display()))?;
-    let label = manifest.as_ref().map_or_else(|| wasm_path.display().to_string(), |m| m.name.clone());
-    let sha256 = runtime::sha256_hex(&wasm);
     let mut problems = Vec::new();
+    let mut manifest_digest = None;
+    let (wasm_path, wasm) = match manifest.as_ref().map(|m| &m.wasm) {
+        Some(Component::Oci(_)) => {
+            let m = manifest.as_ref().expect("matched");
+            let fetched = Runtime::new(&CacheConfig::Default)?.read_component(m)?;
+            manifest_digest = fetched.manifest_digest;
+            (m.wasm.to_string(), fetched.bytes)
+        }
+        Some(Component::File(path)) => {
+            let wasm = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            (path.display().to_string(), wasm)
+        }
+        None if target.starts_with(REF_SCHEME) => {
+            let r = super::registry::reference(&target)?;
+            let policy = super::registry::key_policy(&args.keys)?;
+            let runtime = Runtime::new(&CacheConfig::Default)?;
+            let v =
+                trust::verified_component(runtime.registry()?, &r, &policy).map_err(runtime::Error::from)?;
+            let bytes = v.read().map_err(runtime::Error::from)?;
+            manifest_digest = Some(v.manifest_digest);
+            (r.to_string(), bytes)
+        }
+        None => {
+            let wasm = std::fs::read(&args.target).with_context(|| format!("reading {target}"))?;
+            (target.to_string(), wasm)
+        }
+    };
+    let label = manifest.as_ref().map_or_else(|| wasm_path.clone(), |m| m.name.clone());
+    let sha256 = runtime::sha256_hex(&wasm);
     if let Some(m) = &manifest
-        && m.sha256 != sha256
+        && let Some(pin) = &m.sha256
+        && pin != &sha256
     {
-        problems.push(format!("sha256 mismatch: the manifest pins {}", m.sha256));
+        problems.push(format!("sha256 mismatch: the manifest pins {pin}"));
     }
     // Imports and exports come from the binary: a plugin the policy refuses
     // is reported without being compiled.
@@ -203,8 +235,9 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
     let version = interface.wit_version().unwrap_or("unknown").to_owned();
     if args.json {
         let v = json!({
-            "file": wasm_path.display().to_string(),
+            "file": wasm_path,
             "sha256": sha256,
+            "manifest_digest": manifest_digest,
             "wit_version": version,
             "imports": interface.imports,
             "exports": interface.exports,
@@ -214,8 +247,11 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
         });
         println!("{}", escape_json_c1(&v.to_string()));
     } else {
-        println!("file:        {}", wasm_path.display());
+        println!("file:        {}", escape_all(&wasm_path));
         println!("sha256:      {sha256}");
+        if let Some(d) = &manifest_digest {
+            println!("manifest:    {d}");
+        }
         println!("wit version: durasync:plugin@{version}");
         println!("imports:");
         for i in &interface.imports {

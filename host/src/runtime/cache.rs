@@ -46,9 +46,11 @@ pub(crate) struct Cache {
     dir: Option<PathBuf>,
 }
 
-impl Cache {
-    pub(crate) fn new(config: &CacheConfig) -> Self {
-        let dir = match config {
+impl CacheConfig {
+    /// The directory this configuration names (`None`: caching is off, or
+    /// neither `XDG_CACHE_HOME` nor `HOME` is set).
+    pub fn dir(&self) -> Option<PathBuf> {
+        match self {
             CacheConfig::Disabled => None,
             CacheConfig::Dir(d) => Some(d.clone()),
             CacheConfig::Default => std::env::var_os("XDG_CACHE_HOME")
@@ -58,8 +60,18 @@ impl Cache {
                     std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| Path::new(&h).join(".cache"))
                 })
                 .map(|d| d.join("durasync")),
-        };
-        Cache { dir }
+        }
+    }
+}
+
+impl Cache {
+    pub(crate) fn new(config: &CacheConfig) -> Self {
+        Cache { dir: config.dir() }
+    }
+
+    /// The cache directory (`None` when caching is off).
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
     }
 
     /// The artifact path for a component (`None` when caching is off).
@@ -126,7 +138,7 @@ fn try_load(engine: &Engine, path: &Path) -> Result<Option<Component>, String> {
 
 /// Refuse a file or directory that someone other than this user owns or
 /// that group or others may write.
-fn trusted(meta: &std::fs::Metadata, what: &str) -> Result<(), String> {
+pub(crate) fn trusted(meta: &std::fs::Metadata, what: &str) -> Result<(), String> {
     let uid = rustix::process::geteuid().as_raw();
     if meta.uid() != uid {
         return Err(format!("the {what} is owned by uid {}, not by this user ({uid})", meta.uid()));

@@ -4,13 +4,17 @@
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
+use std::sync::OnceLock;
+
 use super::cache::{self, CacheConfig, CacheStatus};
 use super::call::Plugin;
+use super::distribution::{self, Registry};
 use super::errors::Error;
-use super::manifest::Manifest;
+use super::manifest::{Component as Source, Manifest};
 use super::policy::{self, Interface};
 use super::request::sha256_hex;
 use super::state::State;
+use super::trust;
 use super::{bindings, wasi};
 
 /// The engine, the linker and the cache. Build one per process.
@@ -18,6 +22,22 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<State>,
     cache: cache::Cache,
+    /// How registries are reached (the blob cache sits in the compile
+    /// cache's directory).
+    registry_settings: distribution::Settings,
+    /// Created on the first `oci://` component.
+    registry: OnceLock<Registry>,
+}
+
+/// A component's bytes, checked against its manifest's pin or trust policy.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The component.
+    pub bytes: Vec<u8>,
+    /// Its sha256 (lowercase hex).
+    pub sha256: String,
+    /// The manifest digest, for a component from a registry.
+    pub manifest_digest: Option<String>,
 }
 
 /// A compiled component that has not been checked against the policy yet.
@@ -41,7 +61,27 @@ impl Runtime {
         let engine = Engine::new(&config).map_err(|e| Error::engine("creating the wasm engine", e))?;
         let mut linker = Linker::new(&engine);
         wasi::add_allowed_imports(&mut linker).map_err(|e| Error::engine("linking host functions", e))?;
-        Ok(Runtime { engine, linker, cache: cache::Cache::new(cache) })
+        let cache = cache::Cache::new(cache);
+        let registry_settings =
+            distribution::Settings { cache_dir: cache.dir().map(Into::into), ..Default::default() };
+        Ok(Runtime { engine, linker, cache, registry_settings, registry: OnceLock::new() })
+    }
+
+    /// Change how registries are reached (timeouts, limits, retries);
+    /// the cache directory stays the compile cache's.
+    pub fn set_registry_settings(&mut self, settings: distribution::Settings) {
+        self.registry_settings =
+            distribution::Settings { cache_dir: self.registry_settings.cache_dir.clone(), ..settings };
+        self.registry = OnceLock::new();
+    }
+
+    /// The registry client (its blob cache beside the compile cache).
+    pub fn registry(&self) -> Result<&Registry, Error> {
+        if let Some(r) = self.registry.get() {
+            return Ok(r);
+        }
+        let r = Registry::new(self.registry_settings.clone()).map_err(trust::Error::from)?;
+        Ok(self.registry.get_or_init(|| r))
     }
 
     /// Compile `wasm` (or load it from the cache). Refuses a precompiled
@@ -79,26 +119,43 @@ impl Runtime {
         Ok(Plugin::new(pre, self.engine.clone(), compiled.sha256, compiled.interface))
     }
 
-    /// Read the manifest's component and check it against the pinned sha256
-    /// (before compiling anything).
-    pub fn read_pinned(manifest: &Manifest) -> Result<Vec<u8>, Error> {
-        let wasm = std::fs::read(&manifest.wasm)
-            .map_err(|e| Error::Io { what: format!("reading {}", manifest.wasm.display()), source: e })?;
-        let actual = sha256_hex(&wasm);
-        if actual != manifest.sha256 {
-            return Err(Error::Sha256Mismatch {
-                wasm: manifest.wasm.display().to_string(),
-                expected: manifest.sha256.clone(),
-                actual,
-            });
+    /// The manifest's component, checked before anything is compiled: a
+    /// file against its pinned sha256; an `oci://` reference through the
+    /// trust chain (pin, digest or signature; see [`trust`]), from the blob
+    /// cache when it holds the digest.
+    pub fn read_component(&self, manifest: &Manifest) -> Result<Fetched, Error> {
+        match &manifest.wasm {
+            Source::File(path) => {
+                let wasm = std::fs::read(path)
+                    .map_err(|e| Error::Io { what: format!("reading {}", path.display()), source: e })?;
+                let actual = sha256_hex(&wasm);
+                let expected = manifest.sha256.clone().unwrap_or_default();
+                if actual != expected {
+                    return Err(Error::Sha256Mismatch { wasm: path.display().to_string(), expected, actual });
+                }
+                Ok(Fetched { bytes: wasm, sha256: actual, manifest_digest: None })
+            }
+            Source::Oci(reference) => {
+                let v = trust::verified_component(self.registry()?, reference, &manifest.policy())?;
+                tracing::info!(
+                    plugin = %manifest.name,
+                    reference = %reference,
+                    manifest_digest = %v.manifest_digest,
+                    sha256 = %v.sha256,
+                    signed_by = v.signed_by.as_deref().unwrap_or("-"),
+                    offline = v.offline,
+                    "component verified"
+                );
+                let bytes = v.read()?;
+                Ok(Fetched { bytes, sha256: v.sha256, manifest_digest: Some(v.manifest_digest) })
+            }
         }
-        Ok(wasm)
     }
 
     /// Read the manifest's component, check it against the pinned sha256
     /// (before compiling anything), compile, check the policy, link.
     pub fn load_manifest(&self, manifest: &Manifest) -> Result<Plugin, Error> {
-        let wasm = Self::read_pinned(manifest)?;
+        let wasm = self.read_component(manifest)?.bytes;
         // The policy is checked on the import section before compiling: a
         // refused plugin costs no compile and leaves no cache file.
         Self::check_policy(&manifest.name, &wasm)?;
@@ -110,7 +167,7 @@ impl Runtime {
     /// checking its pin and the policy), so a later `run` loads it
     /// precompiled. Returns what the cache did and where the artifact is.
     pub fn precompile(&self, manifest: &Manifest) -> Result<(CacheStatus, std::path::PathBuf), Error> {
-        let wasm = Self::read_pinned(manifest)?;
+        let wasm = self.read_component(manifest)?.bytes;
         // The policy is checked on the import section before compiling: a
         // refused plugin costs no compile and leaves no cache file.
         Self::check_policy(&manifest.name, &wasm)?;

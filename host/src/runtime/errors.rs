@@ -147,6 +147,11 @@ pub enum Error {
         /// The end of the guest's captured stderr (empty when it wrote none).
         stderr: String,
     },
+    /// A component from a registry was refused (no trust, a bad or missing
+    /// signature, a digest or pin mismatch, a bad layout) or could not be
+    /// fetched (see [`crate::runtime::trust::Error::is_refusal`]).
+    #[error(transparent)]
+    Trust(#[from] crate::runtime::trust::Error),
     /// A host I/O failure (reading the component, opening a root, the engine).
     #[error("{what}: {source}")]
     Io {
@@ -165,7 +170,8 @@ impl Error {
             Error::Manifest { .. } | Error::Sha256Mismatch { .. } | Error::Policy { .. } => ErrorKind::Policy,
             Error::Trap { .. } => ErrorKind::Trap,
             Error::Plugin { .. } => ErrorKind::Plugin,
-            Error::Io { .. } => ErrorKind::Io,
+            Error::Trust(e) if e.is_refusal() => ErrorKind::Policy,
+            Error::Trust(_) | Error::Io { .. } => ErrorKind::Io,
         }
     }
 

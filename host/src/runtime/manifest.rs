@@ -3,8 +3,12 @@
 //!
 //! ```toml
 //! name = "certsync"                 # required
-//! wasm = "certsync.wasm"            # required, relative to the manifest's directory
-//! sha256 = "<64 lowercase hex>"     # required; a mismatch refuses to load
+//! wasm = "certsync.wasm"            # required, relative to the manifest's directory,
+//!                                   # or "oci://REGISTRY/REPO:TAG" / "oci://REGISTRY/REPO@sha256:…"
+//! sha256 = "<64 lowercase hex>"     # required for a file; a mismatch refuses to load
+//! [verify]                          # oci:// only: cosign signature policy
+//! keys = ["vendor.pub"]             # PEM public keys; a signature by any one suffices
+//! annotations = { channel = "stable" }  # optional: required payload annotations
 //! [roots.certs]                     # one table per granted root
 //! path = "/var/lib/certs"           # absolute, or relative to the manifest's directory
 //! access = "rw"                     # "rw" or "ro"
@@ -22,6 +26,10 @@
 //! [config]                          # any table, handed to the plugin's `run` as JSON
 //! ```
 //!
+//! An `oci://` component needs trust: a `sha256` pin, a digest in the
+//! reference or a `[verify]` table (refused at parse time, before any
+//! network I/O, otherwise).
+//!
 //! Parsing is strict: an unknown key or a value of the wrong type or range
 //! is an error that names the key (`limits.fuel`), so a typo never silently
 //! falls back to a default.
@@ -29,7 +37,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::distribution::Reference;
+use super::distribution::reference::SCHEME;
 use super::errors::Error;
+use super::trust::{self, PublicKey};
 pub use crate::services::Access;
 use crate::services::Limits;
 
@@ -52,10 +63,13 @@ pub struct Manifest {
     pub source: PathBuf,
     /// The plugin's name (log field, reports).
     pub name: String,
-    /// The component file (resolved against the manifest's folder).
-    pub wasm: PathBuf,
-    /// The pinned sha256 of the component, 64 lowercase hex digits.
-    pub sha256: String,
+    /// Where the component comes from.
+    pub wasm: Component,
+    /// The pinned sha256 of the component, 64 lowercase hex digits
+    /// (always present for a file).
+    pub sha256: Option<String>,
+    /// The `[verify]` table: cosign keys and required annotations.
+    pub verify: Verify,
     /// Granted roots by name.
     pub roots: BTreeMap<String, Root>,
     /// Limits, defaults filled in.
@@ -64,7 +78,40 @@ pub struct Manifest {
     pub config_json: String,
 }
 
-const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "roots", "limits", "config"];
+/// Where a component comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Component {
+    /// A local file (resolved against the manifest's folder).
+    File(PathBuf),
+    /// An OCI artifact.
+    Oci(Reference),
+}
+
+impl std::fmt::Display for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Component::File(p) => write!(f, "{}", p.display()),
+            Component::Oci(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+/// The `[verify]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verify {
+    /// cosign public keys.
+    pub keys: Vec<PublicKey>,
+    /// Annotations the signature payload must carry.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The most keys a `[verify]` table may list.
+pub const MAX_KEYS: usize = 32;
+/// The largest public key file read.
+const MAX_KEY_BYTES: u64 = 16 * 1024;
+
+const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "verify", "roots", "limits", "config"];
+const VERIFY_KEYS: &[&str] = &["keys", "annotations"];
 const ROOT_KEYS: &[&str] = &["path", "access", "special_modes"];
 const LIMIT_KEYS: &[&str] = &[
     "fuel",
@@ -108,9 +155,39 @@ impl Manifest {
         if wasm.is_empty() {
             return Err(bad("wasm", "must name the component file".into()));
         }
-        let sha256 = required_str(&table, "sha256").map_err(|w| bad("sha256", w))?;
-        if sha256.len() != 64 || !sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Err(bad("sha256", "must be 64 lowercase hexadecimal digits".into()));
+        let component = if wasm.starts_with(SCHEME) {
+            Component::Oci(Reference::parse(&wasm).map_err(|e| bad("wasm", e.to_string()))?)
+        } else {
+            Component::File(base.join(&wasm))
+        };
+        let sha256 = match (&component, table.get("sha256")) {
+            (Component::Oci(_), None) => None,
+            _ => {
+                let sha256 = required_str(&table, "sha256").map_err(|w| bad("sha256", w))?;
+                if sha256.len() != 64 || !sha256.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                    return Err(bad("sha256", "must be 64 lowercase hexadecimal digits".into()));
+                }
+                Some(sha256)
+            }
+        };
+        let verify = match table.get("verify") {
+            None => Verify::default(),
+            Some(_) if matches!(component, Component::File(_)) => {
+                return Err(bad(
+                    "verify",
+                    "applies only to an `oci://` component (a file is pinned by sha256)".into(),
+                ));
+            }
+            Some(toml::Value::Table(t)) => parse_verify(t, &base).map_err(|(k, w)| bad(&k, w))?,
+            Some(_) => return Err(bad("verify", "must be a table".into())),
+        };
+        if let Component::Oci(r) = &component {
+            let policy = trust::Policy {
+                sha256: sha256.clone(),
+                keys: verify.keys.clone(),
+                annotations: BTreeMap::new(),
+            };
+            policy.require_trust(r).map_err(|e| bad("wasm", e.to_string()))?;
         }
 
         let mut roots = BTreeMap::new();
@@ -192,12 +269,22 @@ impl Manifest {
         Ok(Manifest {
             source: source.to_path_buf(),
             name,
-            wasm: base.join(wasm),
+            wasm: component,
             sha256,
+            verify,
             roots,
             limits,
             config_json,
         })
+    }
+
+    /// The trust policy of an `oci://` component.
+    pub fn policy(&self) -> trust::Policy {
+        trust::Policy {
+            sha256: self.sha256.clone(),
+            keys: self.verify.keys.clone(),
+            annotations: self.verify.annotations.clone(),
+        }
     }
 
     /// Point root `name` at `path` (`--root NAME=PATH`), keeping its access,
@@ -213,6 +300,58 @@ impl Manifest {
         self.roots.insert(name.to_owned(), Root { path, access, special_modes });
         Ok(())
     }
+}
+
+/// The `[verify]` table: keys read and parsed now, so a bad key file is a
+/// manifest error naming it.
+fn parse_verify(t: &toml::Table, base: &Path) -> Result<Verify, (String, String)> {
+    check_keys(t, "verify", VERIFY_KEYS).map_err(|k| (k, unknown(VERIFY_KEYS)))?;
+    let mut verify = Verify::default();
+    match t.get("keys") {
+        None => return Err(("verify.keys".into(), "is required: a list of cosign public key files".into())),
+        Some(toml::Value::Array(a)) if !a.is_empty() && a.len() <= MAX_KEYS => {
+            for v in a {
+                let Some(p) = v.as_str() else {
+                    return Err((
+                        "verify.keys".into(),
+                        format!("must hold file names, not {}", v.type_str()),
+                    ));
+                };
+                let path = base.join(p);
+                let key = read_key(&path).map_err(|w| ("verify.keys".to_owned(), w))?;
+                verify.keys.push(key);
+            }
+        }
+        Some(_) => {
+            return Err(("verify.keys".into(), format!("must be a list of 1 to {MAX_KEYS} key files")));
+        }
+    }
+    match t.get("annotations") {
+        None => {}
+        Some(toml::Value::Table(a)) => {
+            for (k, v) in a {
+                let Some(v) = v.as_str() else {
+                    return Err((
+                        format!("verify.annotations.{k}"),
+                        format!("must be a string, not {}", v.type_str()),
+                    ));
+                };
+                verify.annotations.insert(k.clone(), v.to_owned());
+            }
+        }
+        Some(_) => return Err(("verify.annotations".into(), "must be a table of strings".into())),
+    }
+    Ok(verify)
+}
+
+/// Read a cosign public key file (PEM), with a size limit.
+pub fn read_key(path: &Path) -> Result<PublicKey, String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_KEY_BYTES).read_to_string(&mut text))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    PublicKey::from_pem(&text, &path.display().to_string()).map_err(|w| format!("{}: {w}", path.display()))
 }
 
 fn unknown(known: &[&str]) -> String {
@@ -272,7 +411,7 @@ mod tests {
              [limits]\nfuel = \"unlimited\"\ntimeout_ms = 5\n[config]\na = [1, 2]\n"
         ))
         .unwrap();
-        assert_eq!(m.wasm, Path::new("/etc/durasync/p/c.wasm"));
+        assert_eq!(m.wasm, Component::File("/etc/durasync/p/c.wasm".into()));
         assert_eq!(
             m.roots["certs"],
             Root { path: "/etc/durasync/p/certs".into(), access: Access::ReadOnly, special_modes: false }
@@ -310,6 +449,26 @@ mod tests {
             assert_eq!(got, key, "{text}: {err}");
             assert!(err.to_string().contains(key), "{err}");
         }
+    }
+
+    #[test]
+    fn oci_components_need_trust_named_three_ways() {
+        let err = parse("name = \"x\"\nwasm = \"oci://127.0.0.1:1/a/b:1\"\n").unwrap_err().to_string();
+        for way in ["sha256 =", "@sha256:", "[verify]"] {
+            assert!(err.contains(way), "{err}");
+        }
+        let m =
+            parse(&format!("name = \"x\"\nwasm = \"oci://r.example/a:1\"\nsha256 = \"{SHA}\"\n")).unwrap();
+        assert!(matches!(m.wasm, Component::Oci(_)));
+        let by_digest = format!("name = \"x\"\nwasm = \"oci://r.example/a@sha256:{SHA}\"\n");
+        assert_eq!(parse(&by_digest).unwrap().sha256, None);
+        let err = parse(&format!("{by_digest}[verify]\nkeys = [\"missing.pub\"]\n")).unwrap_err();
+        assert!(err.to_string().contains("verify.keys") && err.to_string().contains("missing.pub"), "{err}");
+        let err = parse(&format!("{by_digest}[verify]\nkey = [\"a.pub\"]\n")).unwrap_err();
+        assert!(err.to_string().contains("verify.key"), "{err}");
+        let file =
+            format!("name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n[verify]\nkeys = [\"a.pub\"]\n");
+        assert!(parse(&file).unwrap_err().to_string().contains("oci://"));
     }
 
     #[test]

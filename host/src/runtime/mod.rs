@@ -16,7 +16,8 @@
 //! `limiter.rs` (memory limiter, watchdog), `state.rs` (the store's data and
 //! the view the hosts borrow), `wasi.rs` (the WASI surface), `fs.rs` and
 //! `log.rs` (the WIT adapters), `request.rs` (what a run is given and returns), `errors.rs`, [`manifest`], [`policy`],
-//! [`cache`].
+//! [`cache`], [`distribution`] (OCI references, pull, push, the blob cache) and [`trust`]
+//! (the sha256 / digest / cosign signature policy).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), durasync::runtime::Error> {
@@ -33,6 +34,7 @@ mod bindings;
 pub mod cache;
 mod call;
 mod capture;
+pub mod distribution;
 mod engine;
 mod errors;
 mod fs;
@@ -44,14 +46,15 @@ mod request;
 mod state;
 #[cfg(test)]
 mod test_component;
+pub mod trust;
 mod wasi;
 
 pub use crate::services::limits;
 pub use crate::services::{Access, Changes, Limits, Operation};
 pub use cache::{CacheConfig, CacheStatus};
 pub use call::Plugin;
-pub use engine::{Compiled, Runtime};
+pub use engine::{Compiled, Fetched, Runtime};
 pub use errors::{Error, ErrorKind, TrapReason};
-pub use manifest::Manifest;
+pub use manifest::{Component, Manifest};
 pub use policy::Interface;
 pub use request::{Info, RunOutcome, RunRequest, sha256_hex};

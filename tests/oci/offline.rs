@@ -1,0 +1,245 @@
+//! A node that holds a digest needs no registry: runs, pulls and agent
+//! restarts reconcile from the blob cache while the registry is down.
+
+use super::cross::{durasync_push, openssl_key, openssl_sign, payload, skopeo_push_signature};
+use super::*;
+
+#[test]
+fn an_agent_with_oci_manifests_restarts_and_reconciles_while_the_registry_is_down() {
+    let Some(mut reg) = RealRegistry::start() else { return };
+    if !have("skopeo") || !have("openssl") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cache = dir.join("cache");
+    let registry = reg.registry();
+    let (key, public) = openssl_key(dir, "vendor");
+    let d = durasync_push(&cache, &registry, "vendor/example:stable");
+    let p = payload(&format!("{registry}/vendor/example"), &d, serde_json::json!(null));
+    let sig = openssl_sign(dir, &key, &p);
+    skopeo_push_signature(dir, &registry, "vendor/example", &d, p, &sig);
+
+    // Two instances: one by digest, one by tag with a key.
+    let conf = dir.join("agent.d");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::write(dir.join("input"), "GREETING=hello\n").unwrap();
+    for (name, wasm, extra) in [
+        ("by-digest", format!("oci://{registry}/vendor/example@{d}"), String::new()),
+        (
+            "by-tag",
+            format!("oci://{registry}/vendor/example:stable"),
+            format!("[verify]\nkeys = [\"{}\"]\n", public.display()),
+        ),
+    ] {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        std::fs::write(
+            conf.join(format!("{name}.toml")),
+            format!(
+                "name = \"{name}\"\nwasm = \"{wasm}\"\n{extra}[roots.out]\npath = \"{}\"\naccess = \"rw\"\n\
+                 [input]\nfile = \"{}\"\n",
+                dir.join(name).display(),
+                dir.join("input").display()
+            ),
+        )
+        .unwrap();
+    }
+    let agent_once = || {
+        let cache_dir = cache.join("durasync");
+        durasync(
+            &cache,
+            &[
+                "agent",
+                "--once",
+                "--config-dir",
+                conf.to_str().unwrap(),
+                "--cache-dir",
+                cache_dir.to_str().unwrap(),
+            ],
+        )
+    };
+    assert_status(&agent_once(), OK);
+
+    // The registry goes away; the node's files are lost too; the agent
+    // restarts and reconciles from the cache (signature checked again).
+    reg.stop();
+    for name in ["by-digest", "by-tag"] {
+        std::fs::remove_dir_all(dir.join(name).join("env")).unwrap();
+    }
+    let out = agent_once();
+    assert_status(&out, OK);
+    for name in ["by-digest", "by-tag"] {
+        assert_eq!(
+            std::fs::read_to_string(dir.join(name).join("env/GREETING")).unwrap(),
+            "hello\n",
+            "{name}"
+        );
+    }
+
+    // Something the node never held cannot come from nowhere.
+    let out = durasync(&cache, &["pull", &format!("oci://{registry}/vendor/other:1"), "--attempts", "1"]);
+    assert_status(&out, IO);
+    assert!(text(&out).contains("cannot reach"), "{}", text(&out));
+
+    // Back up: the tag is resolved by the registry again.
+    reg.restart();
+    let out = durasync(&cache, &["pull", &format!("oci://{registry}/vendor/example:stable")]);
+    assert_status(&out, OK);
+    assert!(!text(&out).contains("offline"), "{}", text(&out));
+}
+
+/// Lines of a child's stderr, as they come.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The first line that passes `want` (the deadline only bounds a failure).
+fn wait_line(rx: &std::sync::mpsc::Receiver<String>, want: impl Fn(&str) -> bool, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if want(&line) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no log line for {what}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_tag_moved_to_an_unsigned_release_keeps_the_last_good_version_running_until_it_is_signed() {
+    let Some(reg) = RealRegistry::start() else { return };
+    if !have("skopeo") || !have("openssl") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cache = dir.join("cache");
+    let registry = reg.registry();
+    let (key, public) = openssl_key(dir, "vendor");
+    let sign = |d: &str| {
+        let p = payload(&format!("{registry}/vendor/example"), d, serde_json::json!(null));
+        let sig = openssl_sign(dir, &key, &p);
+        skopeo_push_signature(dir, &registry, "vendor/example", d, p, &sig);
+    };
+    let d1 = durasync_push(&cache, &registry, "vendor/example:stable");
+    sign(&d1);
+
+    let conf = dir.join("agent.d");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    let input = dir.join("input");
+    std::fs::write(&input, "GREETING=hello\n").unwrap();
+    std::fs::write(
+        conf.join("example.toml"),
+        format!(
+            "name = \"example\"\nwasm = \"oci://{registry}/vendor/example:stable\"\n\
+             [verify]\nkeys = [\"{}\"]\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n[input]\nfile = \"{}\"\n",
+            public.display(),
+            out.display(),
+            input.display()
+        ),
+    )
+    .unwrap();
+    let mut agent = Command::new(support::durasync())
+        .args(["agent", "--config-dir", conf.to_str().unwrap(), "--cache-dir"])
+        .arg(cache.join("durasync"))
+        .env("DURASYNC_LOG", "info")
+        .env("HOME", &cache)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = lines_of(&mut agent);
+    let hup = |pid: u32| {
+        let s = Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap();
+        assert!(s.success());
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d1), "release 1 verified");
+        wait_line(&logs, |l| l.contains("first round done"), "the first run");
+        assert_eq!(std::fs::read_to_string(out.join("env/GREETING")).unwrap(), "hello\n");
+
+        // The tag moves to a release nobody signed; a reload refuses it.
+        let layout = dir.join("unsigned");
+        let wasm = std::fs::read(example_wasm()).unwrap();
+        let config = blob("application/vnd.wasm.config.v0+json", br#"{"release":2}"#.to_vec());
+        let d2 = oci_layout(&layout, "stable", &config, &[blob("application/wasm", wasm)]);
+        skopeo_push(&layout, "stable", &registry, "vendor/example");
+        hup(agent.id());
+        let refused = wait_line(&logs, |l| l.contains("reload failed"), "the refused reload");
+        assert!(refused.contains("previous version keeps running") && refused.contains(&d2), "{refused}");
+        assert!(refused.contains("not signed"), "{refused}");
+
+        // The last good version keeps syncing.
+        std::fs::write(dir.join("input.new"), "GREETING=again\n").unwrap();
+        std::fs::rename(dir.join("input.new"), &input).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while std::fs::read_to_string(out.join("env/GREETING")).unwrap_or_default() != "again\n" {
+            assert!(Instant::now() < deadline, "the last good version did not run on the new input");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+
+        // Once the vendor signs it, a reload takes it.
+        sign(&d2);
+        hup(agent.id());
+        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d2), "release 2 verified");
+    }));
+    let _ = Command::new("kill").args(["-TERM", &agent.id().to_string()]).status();
+    let _ = agent.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+#[test]
+fn an_air_gapped_node_pulls_through_a_mirror_under_the_original_name() {
+    let Some(reg) = RealRegistry::start() else { return };
+    if !have("skopeo") || !have("openssl") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cache = dir.join("cache");
+    let mirror = reg.registry();
+    let (key, public) = openssl_key(dir, "vendor");
+    // The mirror holds the vendor's artifact and signature, copied under the
+    // same repository (signed with the original name).
+    let d = durasync_push(&cache, &mirror, "vendor/example:1");
+    let p = payload("registry.example.invalid/vendor/example", &d, serde_json::json!(null));
+    let sig = openssl_sign(dir, &key, &p);
+    skopeo_push_signature(dir, &mirror, "vendor/example", &d, p, &sig);
+
+    let original = "oci://registry.example.invalid/vendor/example";
+    let mirrors = dir.join("mirrors");
+    std::fs::write(&mirrors, format!("registry.example.invalid={mirror}")).unwrap();
+    let with_mirror = |cache: &Path, args: &[&str]| {
+        Command::new(support::durasync())
+            .args(args)
+            .env("XDG_CACHE_HOME", cache)
+            .env("HOME", cache)
+            .env("DURASYNC_REGISTRY_MIRRORS", std::fs::read_to_string(&mirrors).unwrap())
+            .output()
+            .unwrap()
+    };
+    let out = with_mirror(&dir.join("c1"), &["pull", &format!("{original}@{d}")]);
+    assert_status(&out, OK);
+    assert_eq!(field(&out, "manifest digest:"), d);
+    assert!(field(&out, "pin it with:").contains("registry.example.invalid"), "{}", text(&out));
+    let out =
+        with_mirror(&dir.join("c2"), &["pull", &format!("{original}:1"), "--key", public.to_str().unwrap()]);
+    assert_status(&out, OK);
+    assert_eq!(field(&out, "signed by:"), public.display().to_string());
+}
