@@ -2,6 +2,7 @@
 //! this module with `#[path = "../support/mod.rs"] mod support;`.
 
 pub mod snapshot;
+pub mod go_toolchain;
 pub mod toolchains;
 pub mod wasm;
 
