@@ -12,7 +12,8 @@ use super::{run_manifest, sha256, support};
 use support::toolchains::{Lang, Source};
 
 /// `plugins/example-go` with the helper package `guest-sdk/go/durasync`.
-pub const EXAMPLE_GO: Source = Source { name: "example-go", lang: Lang::Go, dir: "plugins/example-go", flags: &[] };
+pub const EXAMPLE_GO: Source =
+    Source { name: "example-go", lang: Lang::Go, dir: "plugins/example-go", flags: &[] };
 
 /// The stress plugin of `tests/stress/go`.
 const STRESS_GO: Source = Source { name: "go-stress", lang: Lang::Go, dir: "tests/stress/go", flags: &[] };
@@ -94,7 +95,8 @@ fn a_go_plugin_survives_20000_host_calls_returning_strings_and_lists_under_gc_pr
         assert!(result.starts_with(&expected), "run {run}: {result}");
         // The collector did run, between host calls: about 130 MB were
         // allocated with a collection due every 32 MiB.
-        let collections: u64 = result.rsplit(", ").next().unwrap().trim_end_matches(" collections").parse().unwrap();
+        let collections: u64 =
+            result.rsplit(", ").next().unwrap().trim_end_matches(" collections").parse().unwrap();
         assert!(collections >= 3, "run {run}: only {collections} collections: {result}");
     }
 }
@@ -112,11 +114,56 @@ fn with_gos_default_collector_the_same_calls_trap_cannot_leave_component_instanc
     let mut seen = Vec::new();
     for _ in 0..STRESS_RUNS {
         let done = run_manifest(&manifest, format!("gc-on {STRESS_CALLS}").as_bytes(), &[]);
-        if done.status == super::hostile_python::PLUGIN_TRAP && done.stderr.contains("cannot leave component instance") {
-            assert!(done.stderr.contains("runtime.gcMarkTermination") || done.stderr.contains("runtime.gc"), "{}", done.stderr);
+        if done.status == super::hostile_python::PLUGIN_TRAP
+            && done.stderr.contains("cannot leave component instance")
+        {
+            assert!(
+                done.stderr.contains("runtime.gcMarkTermination") || done.stderr.contains("runtime.gc"),
+                "{}",
+                done.stderr
+            );
             return;
         }
         seen.push((done.status, done.stderr));
     }
     panic!("{STRESS_RUNS} runs with the collector on did not trap: {seen:#?}");
+}
+
+/// The agent runs a Go instance like any other: `durasync agent --once` on a
+/// config directory holding the Go example with an input file.
+#[test]
+fn the_agent_runs_the_go_example_from_a_config_directory() {
+    let wasm = ready(&EXAMPLE_GO).wasm;
+    let tmp = tempfile::Builder::new().prefix("durasync-go-agent-").tempdir().unwrap();
+    let (config, out, input) = (tmp.path().join("agent.d"), tmp.path().join("out"), tmp.path().join("env.txt"));
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(&input, "GREETING=hello\nTARGET=world\n").unwrap();
+    std::fs::write(
+        config.join("example-go.toml"),
+        format!(
+            "name = \"example-go\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n\
+             [input]\nfile = \"{}\"\n",
+            wasm.display(),
+            sha256(&std::fs::read(&wasm).unwrap()),
+            out.display(),
+            input.display()
+        ),
+    )
+    .unwrap();
+    let agent = std::process::Command::new(support::durasync())
+        .arg("agent")
+        .arg("--config-dir")
+        .arg(&config)
+        .arg("--once")
+        .env("XDG_CACHE_HOME", support::wasm::target_dir().join("plugins-test-cache"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&agent.stdout);
+    assert_eq!(agent.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&agent.stderr));
+    assert!(stdout.starts_with("ok example-go: env: created (2 written, 0 removed)"), "{stdout}");
+    let files = super::files(&out);
+    assert_eq!(files["env/GREETING"], (0o644, b"hello\n".to_vec()));
+    assert_eq!(files["env/TARGET"], (0o644, b"world\n".to_vec()));
 }

@@ -240,7 +240,10 @@ fn lock(path: &Path) -> File {
 /// they need, and `.ci/run` installs `python3-venv` and `npm`.
 pub(super) fn run(cmd: &mut Command, what: &str) -> std::process::Output {
     let out = cmd.output().unwrap_or_else(|e| {
-        panic!("{what}: cannot run {:?}: {e} (the Python/JavaScript/Go plugin tests need python3 and npm)", cmd)
+        panic!(
+            "{what}: cannot run {:?}: {e} (the Python/JavaScript/Go plugin tests need python3 and npm)",
+            cmd
+        )
     });
     assert!(
         out.status.success(),

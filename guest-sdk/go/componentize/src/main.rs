@@ -44,7 +44,9 @@ const HELPER: &[(&str, &str)] = &[("durasync.go", include_str!("../../durasync/d
 /// `replace` makes Go read it from the copy instead of the network.
 fn go_mod(go: &str) -> String {
     let require = wit_bindgen_go::remote_pkg_version();
-    format!("module wit_component\n\ngo {go}\n\nrequire {require}\n\nreplace go.bytecodealliance.org/pkg => ./_pkg\n")
+    format!(
+        "module wit_component\n\ngo {go}\n\nrequire {require}\n\nreplace go.bytecodealliance.org/pkg => ./_pkg\n"
+    )
 }
 
 fn main() -> Result<()> {
@@ -83,7 +85,8 @@ fn build(plugin: &Path, out: &Path) -> Result<()> {
 
 fn assemble_and_build(sources: &[PathBuf], stage: &Path, out: &Path) -> Result<()> {
     let (mut resolve, world) = resolve()?;
-    let opts = wit_bindgen_go::Opts { format: wit_bindgen_go::Format::False, quiet: true, ..Default::default() };
+    let opts =
+        wit_bindgen_go::Opts { format: wit_bindgen_go::Format::False, quiet: true, ..Default::default() };
     let mut files = wit_bindgen_core::Files::default();
     opts.build().generate(&mut resolve, world, &mut files)?;
     for (name, bytes) in files.iter() {
@@ -133,7 +136,13 @@ fn assemble_and_build(sources: &[PathBuf], stage: &Path, out: &Path) -> Result<(
     }
 
     let mut module = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
-    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8, false)?;
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+        false,
+    )?;
     let component = wit_component::ComponentEncoder::default()
         .validate(true)
         .module(&module)?
@@ -153,7 +162,8 @@ fn assemble_and_build(sources: &[PathBuf], stage: &Path, out: &Path) -> Result<(
 fn resolve() -> Result<(Resolve, wit_parser::WorldId)> {
     let wit = wit_dir();
     let mut resolve = Resolve::default();
-    let (pkg, _) = resolve.push_path(&wit).with_context(|| format!("reading the WIT in {}", wit.display()))?;
+    let (pkg, _) =
+        resolve.push_path(&wit).with_context(|| format!("reading the WIT in {}", wit.display()))?;
     let world = resolve.select_world(&[pkg], Some(WORLD))?;
     Ok((resolve, world))
 }
