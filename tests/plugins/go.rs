@@ -135,7 +135,8 @@ fn with_gos_default_collector_the_same_calls_trap_cannot_leave_component_instanc
 fn the_agent_runs_the_go_example_from_a_config_directory() {
     let wasm = ready(&EXAMPLE_GO).wasm;
     let tmp = tempfile::Builder::new().prefix("durasync-go-agent-").tempdir().unwrap();
-    let (config, out, input) = (tmp.path().join("agent.d"), tmp.path().join("out"), tmp.path().join("env.txt"));
+    let (config, out, input) =
+        (tmp.path().join("agent.d"), tmp.path().join("out"), tmp.path().join("env.txt"));
     std::fs::create_dir_all(&config).unwrap();
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(&input, "GREETING=hello\nTARGET=world\n").unwrap();

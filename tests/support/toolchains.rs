@@ -238,7 +238,7 @@ fn lock(path: &Path) -> File {
 /// Run `cmd`; panic with its output (and what was being done) unless it
 /// succeeds. A missing program is a failure too: the tests install what
 /// they need, and `.ci/run` installs `python3-venv` and `npm`.
-pub(super) fn run(cmd: &mut Command, what: &str) -> std::process::Output {
+pub(super) fn run(cmd: &mut Command, what: &str) {
     let out = cmd.output().unwrap_or_else(|e| {
         panic!(
             "{what}: cannot run {:?}: {e} (the Python/JavaScript/Go plugin tests need python3 and npm)",
@@ -253,7 +253,6 @@ pub(super) fn run(cmd: &mut Command, what: &str) -> std::process::Output {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    out
 }
 
 // One generator of minimal components, shared with the policy's unit tests.
