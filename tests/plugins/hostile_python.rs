@@ -19,30 +19,38 @@ use support::toolchains::{Lang, Source};
 pub const HOSTILE_PY: Source =
     Source { name: "hostile-py", lang: Lang::Python, dir: "tests/hostile/python", flags: &[] };
 
-const PLUGIN_ERROR: i32 = 10;
-const PLUGIN_TRAP: i32 = 11;
+pub const PLUGIN_ERROR: i32 = 10;
+pub const PLUGIN_TRAP: i32 = 11;
 
 /// A secret in the host's environment that the plugin must never see.
-const SECRET: (&str, &str) = ("DURASYNC_TEST_SECRET", "hunter2-do-not-leak");
+pub const SECRET: (&str, &str) = ("DURASYNC_TEST_SECRET", "hunter2-do-not-leak");
 
-struct Fixture {
-    tmp: tempfile::TempDir,
+/// A hostile plugin (of any language) with a granted root, run one attempt
+/// at a time (`tests/plugins/hostile_go.rs` uses it too).
+pub struct Fixture {
+    pub tmp: tempfile::TempDir,
     manifest: PathBuf,
 }
 
 impl Fixture {
     /// `data/` (granted rw, seeded), `outside/` beside it, the manifest.
     fn new(limits: &str) -> Fixture {
-        let wasm = ready(&HOSTILE_PY).wasm;
-        let tmp = tempfile::Builder::new().prefix("durasync-hostile-py-").tempdir().unwrap();
+        Fixture::of(&HOSTILE_PY, limits)
+    }
+
+    /// The same for the plugin built from `source`.
+    pub fn of(source: &Source, limits: &str) -> Fixture {
+        let wasm = ready(source).wasm;
+        let tmp = tempfile::Builder::new().prefix(&format!("durasync-{}-", source.name)).tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("data/sub")).unwrap();
         std::fs::write(tmp.path().join("data/inside"), b"inside\n").unwrap();
         std::fs::create_dir_all(tmp.path().join("outside")).unwrap();
         std::fs::write(tmp.path().join("outside/secret"), b"do not touch\n").unwrap();
         let manifest = tmp.path().join("plugin.toml");
         let text = format!(
-            "name = \"hostile-py\"\nwasm = \"{}\"\nsha256 = \"{}\"\n\
+            "name = \"{}\"\nwasm = \"{}\"\nsha256 = \"{}\"\n\
              [roots.data]\npath = \"data\"\naccess = \"rw\"\n[limits]\n{limits}\n",
+            source.name,
             wasm.display(),
             sha256(&std::fs::read(&wasm).unwrap())
         );
@@ -59,7 +67,7 @@ impl Fixture {
 
     /// Run one attempt; returns (status, stdout, stderr). Checks that
     /// nothing on disk changed and that the secret never shows.
-    fn attempt(&self, input: &str) -> (i32, String, String) {
+    pub fn attempt(&self, input: &str) -> (i32, String, String) {
         let before = self.snapshot();
         let out = Command::new(support::durasync())
             .arg("run")
@@ -86,7 +94,7 @@ impl Fixture {
 }
 
 #[track_caller]
-fn check_failed(fx: &Fixture, input: &str, status: i32, message: &str) {
+pub fn check_failed(fx: &Fixture, input: &str, status: i32, message: &str) {
     let (got, stdout, stderr) = fx.attempt(input);
     assert_eq!(got, status, "{input}: stdout {stdout}\nstderr {stderr}");
     assert!(stderr.contains(message), "{input}: {message:?} not in:\n{stderr}");

@@ -101,7 +101,7 @@ fn outcome(done: &Done) -> (i32, String) {
     }
 }
 
-fn check_against_the_rust_example(source: &Source, plugin_dir: &str) {
+pub fn check_against_the_rust_example(source: &Source, plugin_dir: &str) {
     let built = ready(source);
     let tmp = tempfile::Builder::new().prefix("durasync-lang-").tempdir().unwrap();
     let (root, rust_root) = (tmp.path().join("out"), tmp.path().join("rust-out"));

@@ -8,7 +8,9 @@
 mod support;
 
 mod certsync;
+mod go;
 mod guide;
+mod hostile_go;
 mod hostile_python;
 mod installer;
 mod languages;

@@ -1,6 +1,7 @@
 //! Helpers shared by the test binaries under `tests/`. Each binary includes
 //! this module with `#[path = "../support/mod.rs"] mod support;`.
 
+pub mod go_toolchain;
 pub mod snapshot;
 pub mod toolchains;
 pub mod wasm;

