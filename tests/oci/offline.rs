@@ -243,3 +243,93 @@ fn an_air_gapped_node_pulls_through_a_mirror_under_the_original_name() {
     assert_status(&out, OK);
     assert_eq!(field(&out, "signed by:"), public.display().to_string());
 }
+
+#[test]
+fn an_agent_following_a_tag_takes_a_newly_signed_release_on_its_interval_without_a_reload() {
+    let Some(reg) = RealRegistry::start() else { return };
+    if !have("skopeo") || !have("openssl") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cache = dir.join("cache");
+    let registry = reg.registry();
+    let (key, public) = openssl_key(dir, "vendor");
+    let sign = |d: &str| {
+        let p = payload(&format!("{registry}/vendor/example"), d, serde_json::json!(null));
+        let sig = openssl_sign(dir, &key, &p);
+        skopeo_push_signature(dir, &registry, "vendor/example", d, p, &sig);
+    };
+    let d1 = durasync_push(&cache, &registry, "vendor/example:stable");
+    sign(&d1);
+    let conf = dir.join("agent.d");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    let input = dir.join("input");
+    std::fs::write(&input, "GREETING=hello\n").unwrap();
+    std::fs::write(
+        conf.join("example.toml"),
+        format!(
+            "name = \"example\"\nwasm = \"oci://{registry}/vendor/example:stable\"\n\
+             [verify]\nkeys = [\"{}\"]\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n[input]\nfile = \"{}\"\n\
+             [schedule]\ninterval = \"300ms\"\n",
+            public.display(),
+            out.display(),
+            input.display()
+        ),
+    )
+    .unwrap();
+    let mut agent = Command::new(support::durasync())
+        .args(["agent", "--config-dir", conf.to_str().unwrap(), "--start-jitter", "0s", "--cache-dir"])
+        .arg(cache.join("durasync"))
+        .env("DURASYNC_LOG", "info")
+        .env("HOME", &cache)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = lines_of(&mut agent);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d1), "release 1 verified");
+        wait_line(&logs, |l| l.contains("first round done"), "the first run");
+        // Release 2: other bytes (a custom section appended to the
+        // component), pushed under the same tag and signed. No SIGHUP.
+        let mut wasm = std::fs::read(example_wasm()).unwrap();
+        let name = b"durasync-release";
+        let body = [&[name.len() as u8][..], name, b"2"].concat();
+        wasm.extend_from_slice(&[0, body.len() as u8]);
+        wasm.extend_from_slice(&body);
+        let release2 = dir.join("release2.wasm");
+        std::fs::write(&release2, &wasm).unwrap();
+        let pushed = durasync(
+            &cache,
+            &["push", release2.to_str().unwrap(), &format!("oci://{registry}/vendor/example:stable")],
+        );
+        assert_status(&pushed, OK);
+        let d2 = field(&pushed, "manifest digest:");
+        assert_ne!(d1, d2);
+        sign(&d2);
+        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d2), "release 2 verified");
+        let sha2 = durasync::runtime::sha256_hex(&wasm);
+        let line = wait_line(
+            &logs,
+            |l| (l.contains("loaded") && l.contains(&sha2)) || l.contains("reload failed"),
+            "release 2 loaded",
+        );
+        assert!(!line.contains("reload failed"), "{line}");
+        // And it runs: the next input reaches the output.
+        std::fs::write(dir.join("input.new"), "GREETING=release2\n").unwrap();
+        std::fs::rename(dir.join("input.new"), &input).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while std::fs::read_to_string(out.join("env/GREETING")).unwrap_or_default() != "release2\n" {
+            assert!(Instant::now() < deadline, "release 2 did not run on the new input");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }));
+    let _ = Command::new("kill").args(["-TERM", &agent.id().to_string()]).status();
+    let _ = agent.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

@@ -46,6 +46,8 @@ pub(super) struct LoadBatch {
     pub(super) force: bool,
     /// The first load at start (duplicate names are fatal then).
     pub(super) initial: bool,
+    /// An OCI tag resolved again on its instance's interval.
+    pub(super) refresh: bool,
     pub(super) attempts: Vec<Attempt>,
 }
 
@@ -158,6 +160,12 @@ impl Daemon {
     /// Load `files` on a thread of their own; the loop gets an
     /// [`Event::Loaded`] with every result.
     pub(super) fn dispatch_load(&mut self, files: Vec<PathBuf>, force: bool, initial: bool) {
+        self.dispatch(files, LoadBatch { force, initial, refresh: false, attempts: Vec::new() });
+    }
+
+    /// Load the batch's `files` on the loader thread.
+    fn dispatch(&mut self, files: Vec<PathBuf>, batch: LoadBatch) {
+        let LoadBatch { force, initial, refresh, .. } = batch;
         let runtime = self.runtime.clone();
         let tx = self.tx.clone();
         let spawned = spawn_traced("load".into(), move || {
@@ -168,7 +176,7 @@ impl Daemon {
                     (file, text, result)
                 })
                 .collect();
-            let _ = tx.send(Event::Loaded(LoadBatch { force, initial, attempts }));
+            let _ = tx.send(Event::Loaded(LoadBatch { force, initial, refresh, attempts }));
         });
         match spawned {
             Ok(_) => self.loading = true,
@@ -352,6 +360,21 @@ impl Daemon {
 
     fn start_run(&mut self, file: &Path) {
         let Some(inst) = self.instances.get_mut(file) else { return };
+        // A plugin named by an OCI tag: on its interval the tag is resolved
+        // again first, on the loader thread (a new digest that verifies is
+        // swapped in, anything else keeps the last good version); the run
+        // follows when that is back. Skipped while another batch loads.
+        if inst.due.is_some_and(|(_, t)| t == Trigger::Interval)
+            && inst.follows_tag()
+            && !std::mem::take(&mut inst.tag_checked)
+            && !self.loading
+        {
+            inst.due = None;
+            inst.loading = true;
+            let batch = LoadBatch { force: false, initial: false, refresh: true, attempts: Vec::new() };
+            self.dispatch(vec![file.to_path_buf()], batch);
+            return;
+        }
         let (Some(loaded), Some((_, trigger))) = (inst.loaded.clone(), inst.due.take()) else { return };
         inst.running = true;
         self.metrics.triggered(&inst.label, trigger.label());

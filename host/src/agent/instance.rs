@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::config::Input;
 use super::health::InstanceHealth;
 use super::{Loaded, Options};
+use crate::runtime::manifest::Component;
 use crate::services::LogRate;
 
 /// Why a run started (the `trigger` label).
@@ -69,6 +70,9 @@ pub(super) struct Instance {
     /// The bound on its plugin's log volume, shared by its runs and kept
     /// across reloads.
     pub(super) log_rate: Arc<LogRate>,
+    /// Its OCI tag was just resolved again: the next interval run goes
+    /// ahead without resolving it once more.
+    pub(super) tag_checked: bool,
 }
 
 impl Instance {
@@ -76,6 +80,7 @@ impl Instance {
         let label = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         Instance {
             loading: false,
+            tag_checked: false,
             log_rate: Arc::new(LogRate::new(opts.log_burst_bytes, opts.log_rate_bytes)),
             file,
             label,
@@ -90,6 +95,15 @@ impl Instance {
             runs: 0,
             removed: false,
         }
+    }
+
+    /// Whether its plugin is named by an OCI tag (not a digest): what the
+    /// tag names may change, so the agent resolves it again on the interval.
+    pub(super) fn follows_tag(&self) -> bool {
+        self.loaded.as_ref().is_some_and(|l| match &l.spec.manifest.wasm {
+            Component::Oci(r) => r.digest.is_none(),
+            Component::File(_) => false,
+        })
     }
 
     pub(super) fn input_file(&self) -> Option<&Path> {

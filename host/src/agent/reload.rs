@@ -75,7 +75,7 @@ impl Daemon {
     /// Apply a batch of reloaded manifests: a failure keeps the previous
     /// version; names stay unique.
     pub(super) fn apply_loaded(&mut self, batch: LoadBatch) {
-        let LoadBatch { force, attempts, .. } = batch;
+        let LoadBatch { force, refresh, attempts, .. } = batch;
         // Names must stay unique: a name held by another file that keeps
         // its version, or wanted by two changed files, is refused.
         let mut wanted: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
@@ -109,8 +109,23 @@ impl Daemon {
             inst.attempted = text;
             inst.removed = false;
             inst.loading = false;
-            let trigger = if force { Trigger::Reload } else { Trigger::Config };
+            let trigger = match (refresh, force) {
+                (true, _) => Trigger::Interval,
+                (false, true) => Trigger::Reload,
+                (false, false) => Trigger::Config,
+            };
+            // A tag resolved again on the interval: the run it was due for
+            // happens right after, whatever the resolution gave.
+            inst.tag_checked = refresh;
             match result {
+                Ok(l)
+                    if refresh
+                        && inst.loaded.as_ref().is_some_and(|p| p.plugin.sha256 == l.plugin.sha256) =>
+                {
+                    tracing::debug!(instance = %inst.label, "its tag still names the running version");
+                    inst.load_error = None;
+                    inst.due = Some((Instant::now(), trigger));
+                }
                 Ok(l) => {
                     let previous =
                         inst.loaded.as_ref().map(|p| (inst.label.clone(), p.plugin.sha256.clone()));
@@ -139,6 +154,9 @@ impl Daemon {
                         tracing::error!(instance = %inst.label, file = %file.display(), "not loaded: {e}");
                     }
                     inst.load_error = Some(e.to_string());
+                    if refresh && inst.loaded.is_some() {
+                        inst.due = Some((Instant::now(), trigger));
+                    }
                 }
             }
         }
