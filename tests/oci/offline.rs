@@ -117,91 +117,140 @@ fn wait_line(rx: &std::sync::mpsc::Receiver<String>, want: impl Fn(&str) -> bool
     }
 }
 
-#[test]
-fn a_tag_moved_to_an_unsigned_release_keeps_the_last_good_version_running_until_it_is_signed() {
-    let Some(reg) = RealRegistry::start() else { return };
-    if !have("skopeo") || !have("openssl") {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let cache = dir.join("cache");
-    let registry = reg.registry();
-    let (key, public) = openssl_key(dir, "vendor");
-    let sign = |d: &str| {
-        let p = payload(&format!("{registry}/vendor/example"), d, serde_json::json!(null));
-        let sig = openssl_sign(dir, &key, &p);
-        skopeo_push_signature(dir, &registry, "vendor/example", d, p, &sig);
-    };
-    let d1 = durasync_push(&cache, &registry, "vendor/example:stable");
-    sign(&d1);
+/// A registry whose `vendor/example:stable` is release 1 (`d1`), signed by
+/// the vendor's key, and an agent following that tag with that key,
+/// syncing `out/` from `input`. The agent is stopped on drop.
+struct SignedTag {
+    _registry: RealRegistry,
+    tmp: tempfile::TempDir,
+    registry: String,
+    cache: PathBuf,
+    key: PathBuf,
+    d1: String,
+    out: PathBuf,
+    input: PathBuf,
+    agent: std::process::Child,
+    logs: std::sync::mpsc::Receiver<String>,
+}
 
-    let conf = dir.join("agent.d");
-    let out = dir.join("out");
-    std::fs::create_dir_all(&conf).unwrap();
-    std::fs::create_dir_all(&out).unwrap();
-    let input = dir.join("input");
-    std::fs::write(&input, "GREETING=hello\n").unwrap();
-    std::fs::write(
-        conf.join("example.toml"),
-        format!(
-            "name = \"example\"\nwasm = \"oci://{registry}/vendor/example:stable\"\n\
-             [verify]\nkeys = [\"{}\"]\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n[input]\nfile = \"{}\"\n",
-            public.display(),
-            out.display(),
-            input.display()
-        ),
-    )
-    .unwrap();
-    let mut agent = Command::new(support::durasync())
-        .args(["agent", "--config-dir", conf.to_str().unwrap(), "--cache-dir"])
-        .arg(cache.join("durasync"))
-        .env("DURASYNC_LOG", "info")
-        .env("HOME", &cache)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
+impl SignedTag {
+    /// `schedule` is appended to the manifest (e.g. a `[schedule]` table).
+    fn start(schedule: &str) -> Option<SignedTag> {
+        let reg = RealRegistry::start()?;
+        if !have("skopeo") || !have("openssl") {
+            return None;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let cache = dir.join("cache");
+        let registry = reg.registry();
+        let (key, public) = openssl_key(&dir, "vendor");
+        let d1 = durasync_push(&cache, &registry, "vendor/example:stable");
+        let conf = dir.join("agent.d");
+        let out = dir.join("out");
+        std::fs::create_dir_all(&conf).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        let input = dir.join("input");
+        std::fs::write(&input, "GREETING=hello\n").unwrap();
+        std::fs::write(
+            conf.join("example.toml"),
+            format!(
+                "name = \"example\"\nwasm = \"oci://{registry}/vendor/example:stable\"\n\
+                 [verify]\nkeys = [\"{}\"]\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n[input]\nfile = \"{}\"\n\
+                 {schedule}",
+                public.display(),
+                out.display(),
+                input.display()
+            ),
+        )
         .unwrap();
-    let logs = lines_of(&mut agent);
-    let hup = |pid: u32| {
-        let s = Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap();
-        assert!(s.success());
-    };
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d1), "release 1 verified");
-        wait_line(&logs, |l| l.contains("first round done"), "the first run");
-        assert_eq!(std::fs::read_to_string(out.join("env/GREETING")).unwrap(), "hello\n");
+        sign_with(&dir, &key, &registry, &d1);
+        let mut agent = Command::new(support::durasync())
+            .args(["agent", "--config-dir", conf.to_str().unwrap(), "--start-jitter", "0s", "--cache-dir"])
+            .arg(cache.join("durasync"))
+            .env("DURASYNC_LOG", "info")
+            .env("HOME", &cache)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let logs = lines_of(&mut agent);
+        Some(SignedTag { _registry: reg, tmp, registry, cache, key, d1, out, input, agent, logs })
+    }
 
-        // The tag moves to a release nobody signed; a reload refuses it.
-        let layout = dir.join("unsigned");
-        let wasm = std::fs::read(example_wasm()).unwrap();
-        let config = blob("application/vnd.wasm.config.v0+json", br#"{"release":2}"#.to_vec());
-        let d2 = oci_layout(&layout, "stable", &config, &[blob("application/wasm", wasm)]);
-        skopeo_push(&layout, "stable", &registry, "vendor/example");
-        hup(agent.id());
-        let refused = wait_line(&logs, |l| l.contains("reload failed"), "the refused reload");
-        assert!(refused.contains("previous version keeps running") && refused.contains(&d2), "{refused}");
-        assert!(refused.contains("not signed"), "{refused}");
+    fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
 
-        // The last good version keeps syncing.
-        std::fs::write(dir.join("input.new"), "GREETING=again\n").unwrap();
-        std::fs::rename(dir.join("input.new"), &input).unwrap();
+    /// Sign manifest digest `d` with the vendor's key.
+    fn sign(&self, d: &str) {
+        sign_with(self.dir(), &self.key, &self.registry, d);
+    }
+
+    /// The next log line that passes `want`.
+    fn wait_line(&self, want: impl Fn(&str) -> bool, what: &str) -> String {
+        wait_line(&self.logs, want, what)
+    }
+
+    /// Replace the input with `GREETING=value` and wait until a run wrote it.
+    fn greet(&self, value: &str, what: &str) {
+        let new = self.dir().join("input.new");
+        std::fs::write(&new, format!("GREETING={value}\n")).unwrap();
+        std::fs::rename(&new, &self.input).unwrap();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while std::fs::read_to_string(out.join("env/GREETING")).unwrap_or_default() != "again\n" {
-            assert!(Instant::now() < deadline, "the last good version did not run on the new input");
+        while std::fs::read_to_string(self.out.join("env/GREETING")).unwrap_or_default()
+            != format!("{value}\n")
+        {
+            assert!(Instant::now() < deadline, "{what}");
             std::thread::sleep(Duration::from_millis(50));
         }
-
-        // Once the vendor signs it, a reload takes it.
-        sign(&d2);
-        hup(agent.id());
-        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d2), "release 2 verified");
-    }));
-    let _ = Command::new("kill").args(["-TERM", &agent.id().to_string()]).status();
-    let _ = agent.wait();
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
     }
+}
+
+/// Sign manifest digest `d` of `vendor/example` with `key` (openssl), the
+/// signature pushed by skopeo.
+fn sign_with(dir: &Path, key: &Path, registry: &str, d: &str) {
+    let p = payload(&format!("{registry}/vendor/example"), d, serde_json::json!(null));
+    let sig = openssl_sign(dir, key, &p);
+    skopeo_push_signature(dir, registry, "vendor/example", d, p, &sig);
+}
+
+impl Drop for SignedTag {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.agent.id().to_string()]).status();
+        let _ = self.agent.wait();
+    }
+}
+
+#[test]
+fn a_tag_moved_to_an_unsigned_release_keeps_the_last_good_version_running_until_it_is_signed() {
+    let Some(t) = SignedTag::start("") else { return };
+    let hup = || {
+        let s = Command::new("kill").args(["-HUP", &t.agent.id().to_string()]).status().unwrap();
+        assert!(s.success());
+    };
+    t.wait_line(|l| l.contains("component verified") && l.contains(&t.d1), "release 1 verified");
+    t.wait_line(|l| l.contains("first round done"), "the first run");
+    assert_eq!(std::fs::read_to_string(t.out.join("env/GREETING")).unwrap(), "hello\n");
+
+    // The tag moves to a release nobody signed; a reload refuses it.
+    let layout = t.dir().join("unsigned");
+    let wasm = std::fs::read(example_wasm()).unwrap();
+    let config = blob("application/vnd.wasm.config.v0+json", br#"{"release":2}"#.to_vec());
+    let d2 = oci_layout(&layout, "stable", &config, &[blob("application/wasm", wasm)]);
+    skopeo_push(&layout, "stable", &t.registry, "vendor/example");
+    hup();
+    let refused = t.wait_line(|l| l.contains("reload failed"), "the refused reload");
+    assert!(refused.contains("previous version keeps running") && refused.contains(&d2), "{refused}");
+    assert!(refused.contains("not signed"), "{refused}");
+
+    // The last good version keeps syncing.
+    t.greet("again", "the last good version did not run on the new input");
+
+    // Once the vendor signs it, a reload takes it.
+    t.sign(&d2);
+    hup();
+    t.wait_line(|l| l.contains("component verified") && l.contains(&d2), "release 2 verified");
 }
 
 #[test]
@@ -246,90 +295,31 @@ fn an_air_gapped_node_pulls_through_a_mirror_under_the_original_name() {
 
 #[test]
 fn an_agent_following_a_tag_takes_a_newly_signed_release_on_its_interval_without_a_reload() {
-    let Some(reg) = RealRegistry::start() else { return };
-    if !have("skopeo") || !have("openssl") {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let cache = dir.join("cache");
-    let registry = reg.registry();
-    let (key, public) = openssl_key(dir, "vendor");
-    let sign = |d: &str| {
-        let p = payload(&format!("{registry}/vendor/example"), d, serde_json::json!(null));
-        let sig = openssl_sign(dir, &key, &p);
-        skopeo_push_signature(dir, &registry, "vendor/example", d, p, &sig);
-    };
-    let d1 = durasync_push(&cache, &registry, "vendor/example:stable");
-    sign(&d1);
-    let conf = dir.join("agent.d");
-    let out = dir.join("out");
-    std::fs::create_dir_all(&conf).unwrap();
-    std::fs::create_dir_all(&out).unwrap();
-    let input = dir.join("input");
-    std::fs::write(&input, "GREETING=hello\n").unwrap();
-    std::fs::write(
-        conf.join("example.toml"),
-        format!(
-            "name = \"example\"\nwasm = \"oci://{registry}/vendor/example:stable\"\n\
-             [verify]\nkeys = [\"{}\"]\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n[input]\nfile = \"{}\"\n\
-             [schedule]\ninterval = \"300ms\"\n",
-            public.display(),
-            out.display(),
-            input.display()
-        ),
-    )
-    .unwrap();
-    let mut agent = Command::new(support::durasync())
-        .args(["agent", "--config-dir", conf.to_str().unwrap(), "--start-jitter", "0s", "--cache-dir"])
-        .arg(cache.join("durasync"))
-        .env("DURASYNC_LOG", "info")
-        .env("HOME", &cache)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let logs = lines_of(&mut agent);
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d1), "release 1 verified");
-        wait_line(&logs, |l| l.contains("first round done"), "the first run");
-        // Release 2: other bytes (a custom section appended to the
-        // component), pushed under the same tag and signed. No SIGHUP.
-        let mut wasm = std::fs::read(example_wasm()).unwrap();
-        let name = b"durasync-release";
-        let body = [&[name.len() as u8][..], name, b"2"].concat();
-        wasm.extend_from_slice(&[0, body.len() as u8]);
-        wasm.extend_from_slice(&body);
-        let release2 = dir.join("release2.wasm");
-        std::fs::write(&release2, &wasm).unwrap();
-        let pushed = durasync(
-            &cache,
-            &["push", release2.to_str().unwrap(), &format!("oci://{registry}/vendor/example:stable")],
-        );
-        assert_status(&pushed, OK);
-        let d2 = field(&pushed, "manifest digest:");
-        assert_ne!(d1, d2);
-        sign(&d2);
-        wait_line(&logs, |l| l.contains("component verified") && l.contains(&d2), "release 2 verified");
-        let sha2 = durasync::runtime::sha256_hex(&wasm);
-        let line = wait_line(
-            &logs,
-            |l| (l.contains("loaded") && l.contains(&sha2)) || l.contains("reload failed"),
-            "release 2 loaded",
-        );
-        assert!(!line.contains("reload failed"), "{line}");
-        // And it runs: the next input reaches the output.
-        std::fs::write(dir.join("input.new"), "GREETING=release2\n").unwrap();
-        std::fs::rename(dir.join("input.new"), &input).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while std::fs::read_to_string(out.join("env/GREETING")).unwrap_or_default() != "release2\n" {
-            assert!(Instant::now() < deadline, "release 2 did not run on the new input");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }));
-    let _ = Command::new("kill").args(["-TERM", &agent.id().to_string()]).status();
-    let _ = agent.wait();
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
-    }
+    let Some(t) = SignedTag::start("[schedule]\ninterval = \"300ms\"\n") else { return };
+    t.wait_line(|l| l.contains("component verified") && l.contains(&t.d1), "release 1 verified");
+    t.wait_line(|l| l.contains("first round done"), "the first run");
+    // Release 2: other bytes (a custom section appended to the component),
+    // pushed under the same tag and signed. No SIGHUP.
+    let mut wasm = std::fs::read(example_wasm()).unwrap();
+    let name = b"durasync-release";
+    let body = [&[name.len() as u8][..], name, b"2"].concat();
+    wasm.extend_from_slice(&[0, body.len() as u8]);
+    wasm.extend_from_slice(&body);
+    let release2 = t.dir().join("release2.wasm");
+    std::fs::write(&release2, &wasm).unwrap();
+    let reference = format!("oci://{}/vendor/example:stable", t.registry);
+    let pushed = durasync(&t.cache, &["push", release2.to_str().unwrap(), &reference]);
+    assert_status(&pushed, OK);
+    let d2 = field(&pushed, "manifest digest:");
+    assert_ne!(t.d1, d2);
+    t.sign(&d2);
+    t.wait_line(|l| l.contains("component verified") && l.contains(&d2), "release 2 verified");
+    let sha2 = durasync::runtime::sha256_hex(&wasm);
+    let line = t.wait_line(
+        |l| (l.contains("loaded") && l.contains(&sha2)) || l.contains("reload failed"),
+        "release 2 loaded",
+    );
+    assert!(!line.contains("reload failed"), "{line}");
+    // And it runs: the next input reaches the output.
+    t.greet("release2", "release 2 did not run on the new input");
 }
