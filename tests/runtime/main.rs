@@ -12,6 +12,7 @@ mod support;
 
 mod compile;
 mod containment;
+mod pins;
 
 use std::collections::BTreeMap;
 use std::io::Write;

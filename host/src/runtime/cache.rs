@@ -81,6 +81,12 @@ impl Cache {
         Some(self.dir.as_ref()?.join(format!("{sha256}-{:016x}.cwasm", h.finish())))
     }
 
+    /// The precompiled component the cache holds for `sha256`, if there is a
+    /// trustworthy one (nothing is compiled).
+    pub(crate) fn load_cached(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        try_load(engine, &self.path(engine, sha256)?).ok().flatten()
+    }
+
     /// The compiled component for `wasm` (whose sha256 is `sha256`), from the
     /// cache when a trustworthy artifact is there, else compiled (and stored).
     pub(crate) fn load(

@@ -11,6 +11,7 @@ use super::call::Plugin;
 use super::distribution::{self, Registry};
 use super::errors::Error;
 use super::manifest::{Component as Source, Manifest};
+use super::pins::{FileState, Pins};
 use super::policy::{self, Interface};
 use super::request::sha256_hex;
 use super::state::State;
@@ -27,6 +28,9 @@ pub struct Runtime {
     registry_settings: distribution::Settings,
     /// Created on the first `oci://` component.
     registry: OnceLock<Registry>,
+    /// Verified pins of component files, remembered in the cache (none
+    /// when caching is off).
+    pins: Option<Pins>,
 }
 
 /// A component's bytes, checked against its manifest's pin or trust policy.
@@ -38,6 +42,10 @@ pub struct Fetched {
     pub sha256: String,
     /// The manifest digest, for a component from a registry.
     pub manifest_digest: Option<String>,
+    /// The state of the local file the bytes were read from, when nothing
+    /// changed it while it was read: remembered with the pin once the
+    /// component has loaded ([`super::pins`]).
+    file_state: Option<FileState>,
 }
 
 /// A compiled component that has not been checked against the policy yet.
@@ -64,7 +72,8 @@ impl Runtime {
         let cache = cache::Cache::new(cache);
         let registry_settings =
             distribution::Settings { cache_dir: cache.dir().map(Into::into), ..Default::default() };
-        Ok(Runtime { engine, linker, cache, registry_settings, registry: OnceLock::new() })
+        let pins = cache.dir().map(Pins::in_cache);
+        Ok(Runtime { engine, linker, cache, registry_settings, registry: OnceLock::new(), pins })
     }
 
     /// Change how registries are reached (timeouts, limits, retries);
@@ -126,14 +135,22 @@ impl Runtime {
     pub fn read_component(&self, manifest: &Manifest) -> Result<Fetched, Error> {
         match &manifest.wasm {
             Source::File(path) => {
-                let wasm = std::fs::read(path)
-                    .map_err(|e| Error::Io { what: format!("reading {}", path.display()), source: e })?;
+                let io = |e| Error::Io { what: format!("reading {}", path.display()), source: e };
+                let mut file = std::fs::File::open(path).map_err(io)?;
+                let before = file.metadata().map_err(io)?;
+                let mut wasm = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut wasm).map_err(io)?;
                 let actual = sha256_hex(&wasm);
                 let expected = manifest.sha256.clone().unwrap_or_default();
                 if actual != expected {
                     return Err(Error::Sha256Mismatch { wasm: path.display().to_string(), expected, actual });
                 }
-                Ok(Fetched { bytes: wasm, sha256: actual, manifest_digest: None })
+                // Only a state nothing changed while it was read may be
+                // remembered: the sha256 then belongs to exactly that state.
+                let state = FileState::of(&before);
+                let unchanged = file.metadata().is_ok_and(|after| FileState::of(&after) == state);
+                let file_state = unchanged.then_some(state);
+                Ok(Fetched { bytes: wasm, sha256: actual, manifest_digest: None, file_state })
             }
             Source::Oci(reference) => {
                 let v = trust::verified_component(self.registry()?, reference, &manifest.policy())?;
@@ -147,34 +164,75 @@ impl Runtime {
                     "component verified"
                 );
                 let bytes = v.read()?;
-                Ok(Fetched { bytes, sha256: v.sha256, manifest_digest: Some(v.manifest_digest) })
+                Ok(Fetched {
+                    bytes,
+                    sha256: v.sha256,
+                    manifest_digest: Some(v.manifest_digest),
+                    file_state: None,
+                })
             }
         }
     }
 
     /// Read the manifest's component, check it against the pinned sha256
     /// (before compiling anything), compile, check the policy, link.
+    ///
+    /// A component file whose verified pin is remembered ([`super::pins`])
+    /// and whose precompiled artifact is cached is neither read nor hashed:
+    /// one `stat` of the file, then the artifact is loaded and linked (its
+    /// imports checked against the policy, as always).
     pub fn load_manifest(&self, manifest: &Manifest) -> Result<Plugin, Error> {
-        let wasm = self.read_component(manifest)?.bytes;
+        if let Some(plugin) = self.load_remembered(manifest)? {
+            return Ok(plugin);
+        }
+        let fetched = self.read_component(manifest)?;
         // The policy is checked on the import section before compiling: a
         // refused plugin costs no compile and leaves no cache file.
-        Self::check_policy(&manifest.name, &wasm)?;
-        let compiled = self.compile(&manifest.name, &wasm)?;
-        self.link(&manifest.name, compiled)
+        Self::check_policy(&manifest.name, &fetched.bytes)?;
+        let compiled = self.compile(&manifest.name, &fetched.bytes)?;
+        let plugin = self.link(&manifest.name, compiled)?;
+        self.remember(&fetched);
+        Ok(plugin)
+    }
+
+    /// Remember a verified pin of a component that loaded (best effort).
+    fn remember(&self, fetched: &Fetched) {
+        if let (Some(pins), Some(state)) = (&self.pins, &fetched.file_state) {
+            pins.remember(state, &fetched.sha256);
+        }
+    }
+
+    /// The plugin of a local component file whose current state was verified
+    /// against this very pin before and whose artifact is cached; `None`
+    /// when any of that is not so (the caller then reads and hashes).
+    fn load_remembered(&self, manifest: &Manifest) -> Result<Option<Plugin>, Error> {
+        let (Source::File(path), Some(pinned), Some(pins)) = (&manifest.wasm, &manifest.sha256, &self.pins)
+        else {
+            return Ok(None);
+        };
+        let Ok(meta) = std::fs::metadata(path) else { return Ok(None) };
+        if !pins.remembers(&FileState::of(&meta), pinned) {
+            return Ok(None);
+        }
+        let Some(component) = self.cache.load_cached(&self.engine, pinned) else { return Ok(None) };
+        let interface = Interface::of(&component, &self.engine);
+        let compiled = Compiled { component, sha256: pinned.clone(), interface, cache: CacheStatus::Hit };
+        self.link(&manifest.name, compiled).map(Some)
     }
 
     /// Compile the manifest's component into the cache ahead of time (after
     /// checking its pin and the policy), so a later `run` loads it
     /// precompiled. Returns what the cache did and where the artifact is.
     pub fn precompile(&self, manifest: &Manifest) -> Result<(CacheStatus, std::path::PathBuf), Error> {
-        let wasm = self.read_component(manifest)?.bytes;
+        let fetched = self.read_component(manifest)?;
         // The policy is checked on the import section before compiling: a
         // refused plugin costs no compile and leaves no cache file.
-        Self::check_policy(&manifest.name, &wasm)?;
-        let compiled = self.compile(&manifest.name, &wasm)?;
+        Self::check_policy(&manifest.name, &fetched.bytes)?;
+        let compiled = self.compile(&manifest.name, &fetched.bytes)?;
         let status = compiled.cache.clone();
         let path = self.cache.path(&self.engine, &compiled.sha256);
         self.link(&manifest.name, compiled)?;
+        self.remember(&fetched);
         let no_cache = |why: String| Error::Io {
             what: format!("caching {}", manifest.name),
             source: std::io::Error::other(why),

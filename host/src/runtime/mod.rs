@@ -41,6 +41,7 @@ mod fs;
 mod limiter;
 mod log;
 pub mod manifest;
+mod pins;
 pub mod policy;
 mod request;
 mod state;
