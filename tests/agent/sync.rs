@@ -53,7 +53,10 @@ fn two_instances_sync_at_start_and_every_input_change_reaches_disk_and_the_metri
         assert!(bytes >= 18.0, "bytes written {bytes} for 18 files written");
         agent.wait_metric(&format!("durasync_agent_run_duration_seconds_count{{{l}}}"), 6.0);
         let sha = sha256_of(&super::certsync_wasm());
-        agent.wait_metric(&format!("durasync_agent_plugin_info{{{l},sha256=\"{sha}\"}}"), 1.0);
+        agent.wait_metric(
+            &format!("durasync_agent_plugin_info{{{l},sha256=\"{sha}\",manifest_digest=\"\"}}"),
+            1.0,
+        );
         let last = agent.metric(&format!("durasync_agent_last_success_timestamp_seconds{{{l}}}")).unwrap();
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
         assert!((now - last).abs() < 120.0, "last success {last} is not recent (now {now})");

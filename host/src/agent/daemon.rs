@@ -17,7 +17,7 @@ use super::config;
 use super::health::Health;
 use super::http::MetricsServer;
 use super::instance::{Instance, Trigger};
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Version};
 use super::notify::Notifier;
 use super::watch::{Change, Watcher};
 use super::{Error, Loaded, Options, RunReport, load, log_report, run_instance, spawn_traced};
@@ -208,7 +208,7 @@ impl Daemon {
             match result {
                 Ok(l) => {
                     inst.label = l.spec.manifest.name.clone();
-                    self.metrics.loaded(&inst.label, &l.plugin.sha256, None);
+                    self.metrics.loaded(&inst.label, Version::of(&l.plugin), None);
                     tracing::info!(instance = %inst.label, file = %file.display(), sha256 = %l.plugin.sha256, "loaded");
                     inst.loaded = Some(Arc::new(l));
                     // Spread the first runs: a fleet of agents restarted at
@@ -424,7 +424,7 @@ impl Daemon {
         if inst.removed {
             tracing::info!(instance = %inst.label, "stopped: its manifest was removed");
             if let Some(l) = &inst.loaded {
-                self.metrics.unloaded(&inst.label, &l.plugin.sha256);
+                self.metrics.unloaded(&inst.label, Version::of(&l.plugin));
             }
             self.instances.remove(file);
             self.refresh();

@@ -50,13 +50,39 @@ pub struct TriggerLabels {
     pub trigger: String,
 }
 
-/// `instance`, `sha256` (the info metric).
+/// `instance`, `sha256`, `manifest_digest` (the info metric).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InfoLabels {
     /// The plugin's name.
     pub instance: String,
     /// The loaded component's sha256.
     pub sha256: String,
+    /// The OCI manifest digest it was pulled by (empty for a local file).
+    pub manifest_digest: String,
+}
+
+/// Which version of a plugin is loaded: what the info metric shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Version<'a> {
+    /// The component's sha256.
+    pub sha256: &'a str,
+    /// The OCI manifest digest, for a component from a registry.
+    pub manifest_digest: Option<&'a str>,
+}
+
+impl<'a> Version<'a> {
+    /// The version of a loaded plugin.
+    pub fn of(plugin: &'a crate::runtime::Plugin) -> Version<'a> {
+        Version { sha256: &plugin.sha256, manifest_digest: plugin.manifest_digest.as_deref() }
+    }
+
+    fn labels(self, instance: &str) -> InfoLabels {
+        InfoLabels {
+            instance: instance.into(),
+            sha256: self.sha256.into(),
+            manifest_digest: self.manifest_digest.unwrap_or_default().into(),
+        }
+    }
 }
 
 /// How a run ended, as a metric label.
@@ -221,17 +247,17 @@ impl Metrics {
             .inc();
     }
 
-    /// An instance loaded `sha256` (replacing `previous`, if any).
-    pub fn loaded(&self, instance: &str, sha256: &str, previous: Option<(&str, &str)>) {
-        if let Some((name, sha)) = previous {
-            self.info.remove(&InfoLabels { instance: name.into(), sha256: sha.into() });
+    /// An instance loaded `version` (replacing `previous`, if any).
+    pub fn loaded(&self, instance: &str, version: Version<'_>, previous: Option<(&str, Version<'_>)>) {
+        if let Some((name, old)) = previous {
+            self.info.remove(&old.labels(name));
         }
-        self.info.get_or_create(&InfoLabels { instance: instance.into(), sha256: sha256.into() }).set(1);
+        self.info.get_or_create(&version.labels(instance)).set(1);
     }
 
     /// An instance was stopped: its info series goes.
-    pub fn unloaded(&self, instance: &str, sha256: &str) {
-        self.info.remove(&InfoLabels { instance: instance.into(), sha256: sha256.into() });
+    pub fn unloaded(&self, instance: &str, version: Version<'_>) {
+        self.info.remove(&version.labels(instance));
     }
 
     /// A manifest failed to load.
@@ -267,8 +293,9 @@ mod tests {
         let m = Metrics::new();
         m.run_finished("a", RunResult::Ok, 0.003, [("created", 2, 1, 300)]);
         m.run_finished("a", RunResult::Trap, 0.5, []);
-        m.loaded("a", "00ff", None);
-        m.loaded("a", "11ee", Some(("a", "00ff")));
+        let old = Version { sha256: "00ff", manifest_digest: None };
+        m.loaded("a", old, None);
+        m.loaded("a", Version { sha256: "11ee", manifest_digest: Some("sha256:ab") }, Some(("a", old)));
         let text = m.encode();
         for line in [
             "durasync_agent_runs_total{instance=\"a\",result=\"ok\"} 1",
@@ -278,7 +305,7 @@ mod tests {
             "durasync_agent_files_removed_total{instance=\"a\"} 1",
             "durasync_agent_bytes_written_total{instance=\"a\"} 300",
             "durasync_agent_run_duration_seconds_count{instance=\"a\"} 2",
-            "durasync_agent_plugin_info{instance=\"a\",sha256=\"11ee\"} 1",
+            "durasync_agent_plugin_info{instance=\"a\",sha256=\"11ee\",manifest_digest=\"sha256:ab\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
         }

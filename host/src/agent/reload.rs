@@ -11,6 +11,7 @@ use std::time::Instant;
 use super::daemon::{Daemon, LoadBatch};
 use super::health::InstanceHealth;
 use super::instance::{Instance, Trigger};
+use super::metrics::Version;
 use super::{Error, config};
 
 impl Daemon {
@@ -43,7 +44,7 @@ impl Daemon {
             } else {
                 tracing::info!(instance = %inst.label, "manifest removed: stopped");
                 if let Some(l) = &inst.loaded {
-                    self.metrics.unloaded(&inst.label, &l.plugin.sha256);
+                    self.metrics.unloaded(&inst.label, Version::of(&l.plugin));
                 }
                 self.instances.remove(&file);
             }
@@ -127,13 +128,12 @@ impl Daemon {
                     inst.due = Some((Instant::now(), trigger));
                 }
                 Ok(l) => {
-                    let previous =
-                        inst.loaded.as_ref().map(|p| (inst.label.clone(), p.plugin.sha256.clone()));
+                    let previous = inst.loaded.clone().map(|p| (inst.label.clone(), p));
                     inst.label = l.spec.manifest.name.clone();
                     self.metrics.loaded(
                         &inst.label,
-                        &l.plugin.sha256,
-                        previous.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
+                        Version::of(&l.plugin),
+                        previous.as_ref().map(|(n, p)| (n.as_str(), Version::of(&p.plugin))),
                     );
                     tracing::info!(instance = %inst.label, file = %file.display(), sha256 = %l.plugin.sha256, "loaded");
                     inst.loaded = Some(Arc::new(l));

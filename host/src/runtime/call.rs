@@ -24,6 +24,9 @@ pub struct Plugin {
     pub sha256: String,
     /// Its imports and exports.
     pub interface: Interface,
+    /// The manifest digest it was pulled by, for a component from a
+    /// registry.
+    pub manifest_digest: Option<String>,
 }
 
 /// What a call left behind: the session and the guest's stdio.
@@ -40,7 +43,7 @@ impl Plugin {
         sha256: String,
         interface: Interface,
     ) -> Self {
-        Plugin { pre, engine, sha256, interface }
+        Plugin { pre, engine, sha256, interface, manifest_digest: None }
     }
 
     /// Call `describe` with default limits and no roots.

@@ -190,7 +190,8 @@ impl Runtime {
         // refused plugin costs no compile and leaves no cache file.
         Self::check_policy(&manifest.name, &fetched.bytes)?;
         let compiled = self.compile(&manifest.name, &fetched.bytes)?;
-        let plugin = self.link(&manifest.name, compiled)?;
+        let mut plugin = self.link(&manifest.name, compiled)?;
+        plugin.manifest_digest.clone_from(&fetched.manifest_digest);
         self.remember(&fetched);
         Ok(plugin)
     }
