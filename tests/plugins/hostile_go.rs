@@ -12,7 +12,9 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::hostile_python::{Fixture, PLUGIN_ERROR, PLUGIN_TRAP, check_failed};
+use super::hostile_python::{
+    Fixture, PLUGIN_ERROR, PLUGIN_TRAP, assert_real_clock_and_fresh_randomness, check_failed,
+};
 use support::toolchains::{Lang, Source};
 
 use super::support;
@@ -58,18 +60,7 @@ fn go_sees_no_environment_no_arguments_and_the_real_clock_and_fresh_randomness()
     let seen: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
     assert_eq!(seen, serde_json::json!({"environ": [], "argv": [], "cwd": ""}));
 
-    let mut randoms = Vec::new();
-    for _ in 0..2 {
-        let (status, stdout, stderr) = fx.attempt("clock-and-random");
-        assert_eq!(status, 0, "{stderr}");
-        let v: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
-        let time = v["time"].as_f64().unwrap();
-        assert!((now - time).abs() < 60.0, "the guest's wall clock says {time}, the host's {now}");
-        randoms.push(v["random"].as_str().unwrap().to_owned());
-    }
-    assert_eq!(randoms[0].len(), 32);
-    assert_ne!(randoms[0], randoms[1], "two runs drew the same random bytes");
+    assert_real_clock_and_fresh_randomness(&fx);
 }
 
 #[test]

@@ -160,12 +160,12 @@ impl Daemon {
     /// Load `files` on a thread of their own; the loop gets an
     /// [`Event::Loaded`] with every result.
     pub(super) fn dispatch_load(&mut self, files: Vec<PathBuf>, force: bool, initial: bool) {
-        self.dispatch(files, LoadBatch { force, initial, refresh: false, attempts: Vec::new() });
+        self.dispatch(files, force, initial, false);
     }
 
-    /// Load the batch's `files` on the loader thread.
-    fn dispatch(&mut self, files: Vec<PathBuf>, batch: LoadBatch) {
-        let LoadBatch { force, initial, refresh, .. } = batch;
+    /// Load `files` on the loader thread; the batch comes back flagged as
+    /// asked (see [`LoadBatch`]).
+    fn dispatch(&mut self, files: Vec<PathBuf>, force: bool, initial: bool, refresh: bool) {
         let runtime = self.runtime.clone();
         let tx = self.tx.clone();
         let spawned = spawn_traced("load".into(), move || {
@@ -371,8 +371,7 @@ impl Daemon {
         {
             inst.due = None;
             inst.loading = true;
-            let batch = LoadBatch { force: false, initial: false, refresh: true, attempts: Vec::new() };
-            self.dispatch(vec![file.to_path_buf()], batch);
+            self.dispatch(vec![file.to_path_buf()], false, false, true);
             return;
         }
         let (Some(loaded), Some((_, trigger))) = (inst.loaded.clone(), inst.due.take()) else { return };

@@ -93,47 +93,43 @@ impl Store {
     /// The cached blob `digest`, re-hashed, or `None` when it is not held
     /// (or not trustworthy: then it is removed and fetched again).
     pub(crate) fn read(&self, digest: &str, limit: u64) -> Option<Vec<u8>> {
-        let path = self.blob_path(digest);
-        let meta = std::fs::symlink_metadata(&path).ok()?;
-        if let Err(why) = trusted(&meta, "cached blob") {
-            tracing::warn!("oci cache: {}: {why}; fetching it again", path.display());
-            return None;
-        }
-        if meta.len() > limit {
-            return None;
-        }
+        let path = self.trusted_blob(digest, limit)?;
         let bytes = std::fs::read(&path).ok()?;
-        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-        if actual != digest {
-            tracing::warn!("oci cache: {} holds {actual}; removing it", path.display());
-            let _ = std::fs::remove_file(&path);
-            return None;
-        }
-        Some(bytes)
+        self.holds(&path, digest, Sha256::digest(&bytes).into()).then_some(bytes)
     }
 
     /// The path of cached blob `digest` after hashing it as a stream
     /// (memory does not grow with the blob), or `None` when it is not held
     /// or not trustworthy (then it is removed and fetched again).
     pub(crate) fn verified_path(&self, digest: &str, limit: u64) -> Option<PathBuf> {
+        let path = self.trusted_blob(digest, limit)?;
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut std::fs::File::open(&path).ok()?, &mut hasher).ok()?;
+        self.holds(&path, digest, hasher.finalize().into()).then_some(path)
+    }
+
+    /// The path of blob `digest` when the cache holds one this user alone
+    /// could have written, no larger than `limit`.
+    fn trusted_blob(&self, digest: &str, limit: u64) -> Option<PathBuf> {
         let path = self.blob_path(digest);
         let meta = std::fs::symlink_metadata(&path).ok()?;
         if let Err(why) = trusted(&meta, "cached blob") {
             tracing::warn!("oci cache: {}: {why}; fetching it again", path.display());
             return None;
         }
-        if meta.len() > limit {
-            return None;
-        }
-        let mut hasher = Sha256::new();
-        std::io::copy(&mut std::fs::File::open(&path).ok()?, &mut hasher).ok()?;
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        (meta.len() <= limit).then_some(path)
+    }
+
+    /// Whether the blob at `path`, whose bytes hash to `sha256`, is `digest`;
+    /// one that is not is removed (and fetched again).
+    fn holds(&self, path: &Path, digest: &str, sha256: [u8; 32]) -> bool {
+        let actual = format!("sha256:{}", hex::encode(sha256));
         if actual != digest {
             tracing::warn!("oci cache: {} holds {actual}; removing it", path.display());
-            let _ = std::fs::remove_file(&path);
-            return None;
+            let _ = std::fs::remove_file(path);
+            return false;
         }
-        Some(path)
+        true
     }
 
     /// Whether blob `digest` is held (not re-hashed: use [`Store::read`]).
