@@ -402,24 +402,34 @@ impl Daemon {
         }
     }
 
+    /// A run ended: the instance's state and the published state first,
+    /// its counters last, so whoever reads a run's counter finds `/readyz`
+    /// already saying how that run ended.
     fn finished(&mut self, file: &Path, report: RunReport) {
         let Some(inst) = self.instances.get_mut(file) else { return };
-        inst.running = false;
-        inst.runs += 1;
+        let label = inst.label.clone();
         let (dropped, dropped_bytes) = inst.log_rate.take_dropped();
         if dropped > 0 {
             tracing::warn!(
-                instance = %inst.label,
+                instance = %label,
                 "{dropped} log messages ({dropped_bytes} bytes) were dropped over the instance's log rate limit"
             );
         }
-        self.metrics.log_dropped(&inst.label, dropped);
+        self.settle(file, &report);
+        self.metrics.log_dropped(&label, dropped);
         self.metrics.run_finished(
             &report.instance,
             report.result,
             report.elapsed.as_secs_f64(),
             report.operations.iter().map(|o| (o.outcome, o.written, o.removed, o.bytes)),
         );
+    }
+
+    /// The instance's state after a run, and the published state.
+    fn settle(&mut self, file: &Path, report: &RunReport) {
+        let Some(inst) = self.instances.get_mut(file) else { return };
+        inst.running = false;
+        inst.runs += 1;
         if inst.removed {
             tracing::info!(instance = %inst.label, "stopped: its manifest was removed");
             if let Some(l) = &inst.loaded {
