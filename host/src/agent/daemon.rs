@@ -108,7 +108,9 @@ pub fn run(opts: &Options) -> Result<(), Error> {
     // Watch before listing: a manifest written while the others load is seen.
     watcher.set(&BTreeSet::from([opts.config_dir.clone()]));
     let files = config::manifest_files(&opts.config_dir)?;
-    let runtime = Arc::new(Runtime::new(&opts.cache).map_err(Error::Runtime)?);
+    let mut runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
+    runtime.set_registry_settings(opts.registry.clone());
+    let runtime = Arc::new(runtime);
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     // Served from the start: `/healthz` answers while the first manifests

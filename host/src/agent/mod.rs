@@ -66,6 +66,10 @@ pub struct Options {
     pub log_burst_bytes: u64,
     /// … and this many bytes a second on average.
     pub log_rate_bytes: u64,
+    /// How registries are reached for `oci://` plugins (extra CA files,
+    /// insecure hosts, mirrors, limits); the blob cache is always the
+    /// compile cache's.
+    pub registry: runtime::distribution::Settings,
 }
 
 /// The default of [`Options::max_runs`]: enough to keep a small node's cores
@@ -93,6 +97,7 @@ impl Options {
             start_jitter: Duration::from_secs(1),
             log_burst_bytes: crate::services::log_rate::DEFAULT_LOG_BURST_BYTES,
             log_rate_bytes: crate::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC,
+            registry: runtime::distribution::Settings::default(),
         }
     }
 }
@@ -353,7 +358,8 @@ impl OnceSummary {
 /// does not load is a failed summary.
 pub fn run_once(opts: &Options) -> Result<Vec<OnceSummary>, Error> {
     let files = config::manifest_files(&opts.config_dir)?;
-    let runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
+    let mut runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
+    runtime.set_registry_settings(opts.registry.clone());
     let mut loaded: Vec<(PathBuf, Result<Arc<Loaded>, String>)> = Vec::new();
     for file in files {
         let (_, result) = load(&runtime, &file);

@@ -53,6 +53,8 @@ pub struct AgentArgs {
     /// Bytes of log messages a second each instance's plugin may send on average.
     #[arg(long, value_name = "BYTES", default_value_t = durasync::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC)]
     pub log_rate_bytes: u64,
+    #[command(flatten)]
+    pub tls: super::registry::TlsArgs,
 }
 
 /// `--log-format`.
@@ -78,6 +80,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         start_jitter: args.start_jitter,
         log_burst_bytes: args.log_burst_bytes,
         log_rate_bytes: args.log_rate_bytes,
+        registry: args.tls.apply(Default::default())?,
         ..Options::new(args.config_dir.clone())
     };
     // The log format and the agent's `info` default are set up by `main`

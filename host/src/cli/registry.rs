@@ -15,7 +15,34 @@ use durasync::runtime::{self, CacheConfig, Runtime};
 
 use super::exit;
 
-/// How a registry is reached (shared by `pull`, `push` and `inspect`).
+/// Registries' TLS and plain HTTP (shared by `pull`, `push` and `agent`;
+/// `run`, `compile` and `inspect` read the same settings from the
+/// environment: `DURASYNC_REGISTRY_CA`, `DURASYNC_INSECURE_REGISTRIES`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct TlsArgs {
+    /// A PEM file of CA certificates trusted for registries' TLS besides the web PKI roots (a private
+    /// registry's CA). Repeatable; adds to DURASYNC_REGISTRY_CA (comma-separated files).
+    #[arg(long = "registry-ca", value_name = "FILE")]
+    pub registry_ca: Vec<PathBuf>,
+    /// A registry (`host` or `host:port`) reached over plain HTTP; loopback registries always are.
+    /// Repeatable; adds to DURASYNC_INSECURE_REGISTRIES (comma-separated).
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    pub insecure_registries: Vec<String>,
+}
+
+impl TlsArgs {
+    /// `settings` with these flags added to what the environment gave;
+    /// every CA file is read now, so a bad one is reported before anything
+    /// else is done (its path and what is wrong with it).
+    pub fn apply(&self, mut settings: Settings) -> Result<Settings> {
+        settings.ca_files.extend(self.registry_ca.iter().cloned());
+        settings.insecure.extend(self.insecure_registries.iter().cloned());
+        distribution::tls::extra_roots(&settings.ca_files)?;
+        Ok(settings)
+    }
+}
+
+/// How a registry is reached (shared by `pull` and `push`).
 #[derive(Debug, Args, Clone)]
 pub struct RegistryArgs {
     /// Timeout of each request, in seconds (a transfer that stalls longer fails the attempt).
@@ -30,18 +57,20 @@ pub struct RegistryArgs {
     /// Where blobs are cached (default `$XDG_CACHE_HOME/durasync`, beside compiled plugins).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 impl RegistryArgs {
-    /// The settings these flags give.
-    pub fn settings(&self) -> Settings {
-        Settings {
+    /// The settings these flags give (an error names a bad CA file).
+    pub fn settings(&self) -> Result<Settings> {
+        self.tls.apply(Settings {
             cache_dir: self.cache_config().dir(),
             timeout: Duration::from_secs(self.timeout.max(1)),
             attempts: self.attempts.max(1),
             max_blob_bytes: self.max_bytes,
             ..Settings::default()
-        }
+        })
     }
 
     /// The compile cache these flags name.
@@ -97,7 +126,7 @@ pub fn pull(args: &PullArgs) -> Result<()> {
     let r = reference(&args.reference)?;
     let policy = key_policy(&args.keys)?;
     let registry =
-        Registry::new(args.registry.settings()).map_err(trust::Error::from).map_err(runtime::Error::from)?;
+        Registry::new(args.registry.settings()?).map_err(trust::Error::from).map_err(runtime::Error::from)?;
     let v = trust::fetch_component(&registry, &r, &policy).map_err(runtime::Error::from)?;
     let pinned = r.with_digest(&v.manifest_digest);
     if args.json {
@@ -139,7 +168,7 @@ pub fn push(args: &PushArgs) -> Result<()> {
     Runtime::check_policy(&args.wasm.display().to_string(), &wasm)?;
     drop(wasm);
     let registry =
-        Registry::new(args.registry.settings()).map_err(trust::Error::from).map_err(runtime::Error::from)?;
+        Registry::new(args.registry.settings()?).map_err(trust::Error::from).map_err(runtime::Error::from)?;
     let pushed = registry.push(&args.wasm, &r).map_err(trust::Error::from).map_err(runtime::Error::from)?;
     println!("pushed {r}");
     println!("manifest digest: {}", pushed.digest);

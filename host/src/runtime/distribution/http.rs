@@ -7,7 +7,8 @@
 //!
 //! Plain HTTP is used only for loopback registries (`127.0.0.1`,
 //! `localhost`, `[::1]`) and for hosts the operator lists as insecure;
-//! everything else is HTTPS with the web PKI roots.
+//! everything else is HTTPS with the web PKI roots and the operator's extra
+//! CA files (`tls.rs`), and a plain-HTTP answer to it is refused.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 
-use super::{Error, Settings};
+use super::{Error, Settings, tls};
 
 /// The most bytes read from an error body or a token answer.
 const MAX_SMALL_BODY: u64 = 64 * 1024;
@@ -42,27 +43,49 @@ pub(crate) struct Http {
     attempts: u32,
     backoff: Duration,
     insecure: Vec<String>,
+    /// The extra CA certificates (read when the client is made, so a bad
+    /// file is reported at once) and the files they came from.
+    extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    ca_files: Vec<std::path::PathBuf>,
     mirrors: Vec<(String, String)>,
     /// Bearer tokens by `registry scope`.
     tokens: Mutex<HashMap<String, String>>,
 }
 
 impl Http {
-    pub(crate) fn new(settings: &Settings) -> Http {
-        Http {
+    pub(crate) fn new(settings: &Settings) -> Result<Http, Error> {
+        let extra_roots = tls::extra_roots(&settings.ca_files)?;
+        let http = Http {
             agent: std::sync::OnceLock::new(),
             timeout: settings.timeout,
             attempts: settings.attempts.max(1),
             backoff: settings.backoff,
             insecure: settings.insecure.clone(),
+            extra_roots,
+            ca_files: settings.ca_files.clone(),
             mirrors: settings.mirrors.clone(),
             tokens: Mutex::new(HashMap::new()),
+        };
+        if !http.extra_roots.is_empty() {
+            // Checked now, not on the first request: a certificate that is
+            // no trust anchor is a configuration error to report at start.
+            tls::client_config(&http.extra_roots, &http.ca_files)?;
         }
+        Ok(http)
     }
 
     fn agent(&self) -> &ureq::Agent {
         self.agent.get_or_init(|| {
-            ureq::AgentBuilder::new()
+            let builder = match tls::client_config(&self.extra_roots, &self.ca_files) {
+                Ok(config) => ureq::AgentBuilder::new().tls_config(config),
+                // Unreachable: the same roots were accepted in `new` (and
+                // the web PKI roots alone always are).
+                Err(e) => {
+                    tracing::error!("registry TLS configuration: {e}; using the web PKI roots only");
+                    ureq::AgentBuilder::new()
+                }
+            };
+            builder
                 .timeout_connect(self.timeout)
                 .timeout_read(self.timeout)
                 .timeout_write(self.timeout)
@@ -186,9 +209,7 @@ impl Http {
                     }
                 }
                 Err(ureq::Error::Status(_, resp)) => return Err(status_error(url, resp)),
-                Err(ureq::Error::Transport(t)) => {
-                    return Err(Error::Network { url: url.to_owned(), reason: t.to_string() });
-                }
+                Err(ureq::Error::Transport(t)) => return Err(transport_error(url, &t)),
             }
         }
         Err(Error::Status {
@@ -223,9 +244,7 @@ impl Http {
         let resp = match req.call() {
             Ok(r) => r,
             Err(ureq::Error::Status(_, r)) => return Err(status_error(realm, r)),
-            Err(ureq::Error::Transport(t)) => {
-                return Err(Error::Network { url: realm.clone(), reason: t.to_string() });
-            }
+            Err(ureq::Error::Transport(t)) => return Err(transport_error(realm, &t)),
         };
         let mut text = String::new();
         resp.into_reader()
@@ -258,6 +277,16 @@ fn parse_challenge(params: &str) -> HashMap<String, String> {
         rest = tail.trim_start_matches(',').trim();
     }
     out
+}
+
+/// The error for a request that got no answer: a failed TLS handshake
+/// (not worth another attempt: a certificate does not fix itself), or a
+/// network failure (retried).
+fn transport_error(url: &str, t: &ureq::Transport) -> Error {
+    match tls::explain(t) {
+        Some(reason) => Error::Tls { url: url.to_owned(), reason },
+        None => Error::Network { url: url.to_owned(), reason: t.to_string() },
+    }
 }
 
 /// The error for an unexpected status, with the start of its body.
@@ -325,7 +354,7 @@ mod tests {
             mirrors: vec![("ghcr.io".into(), "127.0.0.1:5000".into())],
             ..Settings::default()
         };
-        let http = Http::new(&settings);
+        let http = Http::new(&settings).unwrap();
         assert_eq!(http.base("ghcr.io"), "http://127.0.0.1:5000", "a loopback mirror");
         assert_eq!(http.base("127.0.0.1:5000"), "http://127.0.0.1:5000");
         assert_eq!(http.base("localhost"), "http://localhost");

@@ -22,6 +22,7 @@ mod http;
 pub mod layout;
 pub mod reference;
 mod store;
+pub mod tls;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -55,6 +56,9 @@ pub struct Settings {
     /// Registries (`host` or `host:port`) reached over plain HTTP besides
     /// loopback ones.
     pub insecure: Vec<String>,
+    /// Extra CA certificates (PEM files) trusted for registries' TLS,
+    /// besides the web PKI roots: a private registry's own CA.
+    pub ca_files: Vec<PathBuf>,
     /// `(REGISTRY, MIRROR)`: pull `REGISTRY/REPO` from `MIRROR/REPO` (an
     /// air-gapped node's registry). References, cache keys and the trust
     /// checks keep the original name; digests and signatures make the
@@ -84,7 +88,8 @@ impl Default for Settings {
             backoff: Duration::from_millis(500),
             max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
             max_blob_bytes: DEFAULT_MAX_BLOB_BYTES,
-            insecure: env_list("DURASYNC_INSECURE_REGISTRIES"),
+            insecure: env_list(INSECURE_ENV),
+            ca_files: env_list(CA_ENV).into_iter().map(PathBuf::from).collect(),
             mirrors: env_list("DURASYNC_REGISTRY_MIRRORS")
                 .into_iter()
                 .filter_map(|m| {
@@ -95,6 +100,12 @@ impl Default for Settings {
         }
     }
 }
+
+/// The registries (comma-separated `host` or `host:port`) reached over
+/// plain HTTP besides loopback ones.
+pub const INSECURE_ENV: &str = "DURASYNC_INSECURE_REGISTRIES";
+/// Extra CA files (comma-separated paths) for registries' TLS.
+pub const CA_ENV: &str = "DURASYNC_REGISTRY_CA";
 
 /// A comma-separated environment variable, empty items dropped.
 fn env_list(name: &str) -> Vec<String> {
@@ -119,6 +130,23 @@ pub enum Error {
     Network {
         /// The request.
         url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A TLS handshake failed: the certificate is not trusted (its
+    /// problem named), or the registry does not speak TLS.
+    #[error("TLS to {url}: {reason}")]
+    Tls {
+        /// The request.
+        url: String,
+        /// What was wrong, and what to do.
+        reason: String,
+    },
+    /// An extra CA file cannot be used.
+    #[error("registry CA file {path}: {reason}")]
+    CaFile {
+        /// The file.
+        path: String,
         /// Why.
         reason: String,
     },
@@ -257,10 +285,11 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// A client; creates the cache directories (0700) when needed.
+    /// A client; creates the cache directories (0700) when needed and reads
+    /// the extra CA files (an error names a file that cannot be used).
     pub fn new(settings: Settings) -> Result<Registry, Error> {
         let store = Store::new(settings.cache_dir.as_deref())?;
-        Ok(Registry { http: Http::new(&settings), store, settings })
+        Ok(Registry { http: Http::new(&settings)?, store, settings })
     }
 
     /// The settings.

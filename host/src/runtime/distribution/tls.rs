@@ -1,0 +1,136 @@
+//! TLS to registries: the web PKI roots plus the operator's extra CA files
+//! (a private registry's own CA), and the words for a failed handshake.
+//!
+//! Which registries are reached over plain HTTP at all is decided in
+//! `http.rs` (loopback and the listed insecure hosts); everything else is
+//! HTTPS, its certificate checked against these roots. There is no switch
+//! that skips the check: a registry whose certificate does not verify is
+//! given its CA, never trusted blindly.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use super::Error;
+
+/// 4 MiB: the largest CA file read. A whole system bundle
+/// (`/etc/ssl/certs/ca-certificates.crt`, ~150 certificates) is ~220 KiB; a
+/// file larger than this is not a CA file, and must not fill memory.
+pub const MAX_CA_FILE_BYTES: u64 = 4 << 20;
+/// The most certificates taken from all CA files together (a system bundle
+/// has ~150): every one is parsed on the first TLS connection.
+pub const MAX_CA_CERTIFICATES: usize = 1000;
+
+/// The certificates of `files` (PEM, each holding at least one
+/// `CERTIFICATE` block; other blocks such as keys are ignored). A file that
+/// cannot be read, is larger than [`MAX_CA_FILE_BYTES`], holds no
+/// certificate or a block that does not decode is an error naming it.
+pub fn extra_roots(files: &[PathBuf]) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let mut out = Vec::new();
+    for path in files {
+        let bad = |reason: String| Error::CaFile { path: path.display().to_string(), reason };
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| bad(e.to_string()))?;
+        if bytes.len() as u64 > MAX_CA_FILE_BYTES {
+            return Err(bad(format!(
+                "larger than the limit of {} for a CA file",
+                crate::services::limits::human_bytes(MAX_CA_FILE_BYTES)
+            )));
+        }
+        let before = out.len();
+        for cert in CertificateDer::pem_slice_iter(&bytes) {
+            out.push(cert.map_err(|e| bad(format!("not a PEM certificate file: {e}")))?);
+            if out.len() > MAX_CA_CERTIFICATES {
+                return Err(bad(format!("more than {MAX_CA_CERTIFICATES} CA certificates in all")));
+            }
+        }
+        if out.len() == before {
+            return Err(bad("holds no PEM `CERTIFICATE` block".into()));
+        }
+    }
+    Ok(out)
+}
+
+/// The client configuration: the web PKI roots and `extra` (each checked
+/// here as a trust anchor: a certificate that is not one is an error naming
+/// its file list).
+pub(crate) fn client_config(
+    extra: &[CertificateDer<'static>],
+    files: &[PathBuf],
+) -> Result<Arc<rustls::ClientConfig>, Error> {
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    for cert in extra {
+        roots.add(cert.clone()).map_err(|e| Error::CaFile {
+            path: files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "),
+            reason: format!("a certificate is not usable as a CA: {e}"),
+        })?;
+    }
+    // The same provider and versions as ureq's own default configuration
+    // (ring, TLS 1.2 and 1.3); only the roots differ.
+    let config =
+        rustls::ClientConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
+            .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
+            .map_err(|e| Error::CaFile { path: String::new(), reason: e.to_string() })?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// What a failed TLS handshake means, in words an operator can act on;
+/// `None` when `e` is not a TLS failure (a refused connection, a timeout).
+pub(crate) fn explain(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let tls = rustls_error(e)?;
+    Some(match tls {
+        rustls::Error::InvalidCertificate(c) => {
+            format!(
+                "the registry's TLS certificate is not trusted: {} ({c:?}); give the CA that signed it with \
+                 --registry-ca FILE or DURASYNC_REGISTRY_CA",
+                certificate_problem(c)
+            )
+        }
+        rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateHandshakeMessage { .. } => {
+            "the registry did not answer in TLS (a plain-HTTP registry?); plain HTTP is used only for loopback \
+             registries and those listed as insecure (--insecure-registry, DURASYNC_INSECURE_REGISTRIES)"
+                .to_owned()
+        }
+        other => format!("TLS handshake failed: {other}"),
+    })
+}
+
+fn certificate_problem(c: &rustls::CertificateError) -> &'static str {
+    use rustls::CertificateError as C;
+    match c {
+        C::UnknownIssuer => "it is signed by an unknown certificate authority",
+        C::NotValidForName | C::NotValidForNameContext { .. } => "it is not valid for this registry's name",
+        C::Expired | C::ExpiredContext { .. } => "it has expired",
+        C::NotValidYet | C::NotValidYetContext { .. } => "it is not valid yet",
+        C::BadSignature => "its signature does not verify",
+        C::Revoked => "it is revoked",
+        C::BadEncoding => "it does not decode",
+        _ => "it was refused",
+    }
+}
+
+/// The rustls error in `e`'s chain. `io::Error::source` skips the error it
+/// wraps (it returns that error's source), so wrapped errors are looked
+/// into with `get_ref` as well.
+fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(t) = err.downcast_ref::<rustls::Error>() {
+            return Some(t);
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(t);
+        }
+        cur = err.source();
+    }
+    None
+}
