@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use super::support::registry::Setup;
 use super::*;
 
 #[test]
@@ -15,7 +16,10 @@ fn a_registry_with_basic_auth_takes_credentials_from_the_docker_config() {
         assert!(out.status.success(), "htpasswd: {}", text(&out));
         let file = dir.join("htpasswd");
         std::fs::write(&file, out.stdout).unwrap();
-        format!("auth:\n  htpasswd:\n    realm: durasync-test\n    path: {}\n", file.display())
+        Setup {
+            extra: format!("auth:\n  htpasswd:\n    realm: durasync-test\n    path: {}\n", file.display()),
+            ..Setup::default()
+        }
     }) else {
         return;
     };

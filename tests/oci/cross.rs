@@ -30,67 +30,6 @@ pub(crate) fn run(cache: &Path, manifest: &Path) -> Output {
     durasync(cache, &["run", manifest.to_str().unwrap(), "--input", input.to_str().unwrap()])
 }
 
-/// An openssl ECDSA P-256 key pair in `dir`: (private PEM, public PEM).
-pub(crate) fn openssl_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let (key, public) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.pub")));
-    let sh = format!(
-        "openssl ecparam -name prime256v1 -genkey -noout -out '{}' && openssl ec -in '{}' -pubout -out '{}' 2>/dev/null",
-        key.display(),
-        key.display(),
-        public.display()
-    );
-    let out = Command::new("sh").args(["-c", &sh]).output().unwrap();
-    assert!(out.status.success(), "openssl: {}", text(&out));
-    (key, public)
-}
-
-/// cosign's simple-signing payload for `digest`.
-pub(crate) fn payload(reference: &str, digest: &str, optional: serde_json::Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "critical": {
-            "identity": {"docker-reference": reference},
-            "image": {"docker-manifest-digest": digest},
-            "type": "cosign container image signature"
-        },
-        "optional": optional
-    }))
-    .unwrap()
-}
-
-/// `openssl dgst -sha256 -sign KEY` over `payload`, base64 (DER inside).
-pub(crate) fn openssl_sign(dir: &Path, key: &Path, payload: &[u8]) -> String {
-    let p = dir.join("payload.json");
-    std::fs::write(&p, payload).unwrap();
-    let sh = format!("openssl dgst -sha256 -sign '{}' '{}' | openssl base64 -A", key.display(), p.display());
-    let out = Command::new("sh").args(["-c", &sh]).output().unwrap();
-    assert!(out.status.success(), "openssl: {}", text(&out));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-/// Push a cosign signature manifest for `signed` (the `sha256-<hex>.sig`
-/// tag) with skopeo: one payload layer carrying its signature annotation.
-pub(crate) fn skopeo_push_signature(
-    tmp: &Path,
-    registry: &str,
-    repo: &str,
-    signed: &str,
-    payload: Vec<u8>,
-    sig: &str,
-) {
-    let tag = format!("{}.sig", signed.replace(':', "-"));
-    let config = json!({
-        "architecture": "", "created": "0001-01-01T00:00:00Z", "os": "", "config": {},
-        "history": [{"created": "0001-01-01T00:00:00Z"}],
-        "rootfs": {"type": "layers", "diff_ids": [digest(&payload)]}
-    });
-    let mut layer = blob("application/vnd.dev.cosign.simplesigning.v1+json", payload);
-    layer.annotations = json!({"dev.cosignproject.cosign/signature": sig});
-    let layout = tmp.join(format!("sig-{}", &signed[7..19]));
-    let config = blob("application/vnd.oci.image.config.v1+json", serde_json::to_vec(&config).unwrap());
-    oci_layout(&layout, &tag, &config, &[layer]);
-    skopeo_push(&layout, &tag, registry, repo);
-}
-
 /// `durasync push` the example plugin to `REGISTRY/REPO:TAG`; its manifest digest.
 pub(crate) fn durasync_push(cache: &Path, registry: &str, repo_tag: &str) -> String {
     let wasm = example_wasm();

@@ -1,7 +1,10 @@
 //! A node that holds a digest needs no registry: runs, pulls and agent
 //! restarts reconcile from the blob cache while the registry is down.
 
-use super::cross::{durasync_push, openssl_key, openssl_sign, payload, skopeo_push_signature};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use super::cross::durasync_push;
 use super::*;
 
 #[test]

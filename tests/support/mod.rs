@@ -2,6 +2,8 @@
 //! this module with `#[path = "../support/mod.rs"] mod support;`.
 
 pub mod go_toolchain;
+pub mod oci_artifacts;
+pub mod registry;
 pub mod snapshot;
 pub mod toolchains;
 pub mod wasm;
