@@ -72,12 +72,11 @@ pub(crate) fn client_config(
     }
     // The same provider and versions as ureq's own default configuration
     // (ring, TLS 1.2 and 1.3); only the roots differ.
-    let config =
-        rustls::ClientConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
-            .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
-            .map_err(|e| Error::CaFile { path: String::new(), reason: e.to_string() })?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let config = rustls::ClientConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
+        .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
+        .map_err(|e| Error::CaFile { path: String::new(), reason: e.to_string() })?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     Ok(Arc::new(config))
 }
 
