@@ -1,19 +1,18 @@
 #!/bin/bash
 # Build the agent's container image from a built durasync binary, with no
 # base image from any registry: FROM scratch, holding the binary, exactly the
-# shared libraries it loads (from `ldd`), the plugins' components under
-# /usr/lib/durasync/, an /etc/passwd naming root and `durasync` (65532), and
-# OCI labels. The default user is 65532; a node whose roots are root-owned
+# shared libraries it loads (from `ldd`), any components asked for under
+# /usr/lib/durasync/ (none by default: the DaemonSet pulls its plugin from a
+# registry), an /etc/passwd naming root and `durasync` (65532), and OCI
+# labels. The default user is 65532; a node whose roots are root-owned
 # runs it as root without capabilities (contrib/kubernetes/daemonset.yaml).
 #
 #   cargo build --release
-#   cargo build --release --target wasm32-wasip2 --manifest-path Cargo.toml -p certsync \
-#       --target-dir target/wasm         # or ./demo.sh, which builds the same file
 #   contrib/image/build.sh               # -> localhost/durasync:VERSION
 #
 # Environment (all optional):
 #   DURASYNC    the binary          (default: target/release/durasync)
-#   COMPONENTS  the components      (default: target/wasm/wasm32-wasip2/release/certsync.wasm)
+#   COMPONENTS  components to bake in, space-separated (default: none)
 #   TAG         the image's name    (default: localhost/durasync:VERSION from Cargo.toml)
 #   PODMAN      the podman command  (default: podman; e.g. "podman --root DIR --runroot DIR")
 #   CONTEXT     keep the build context in this (new) directory instead of a temporary one
@@ -23,7 +22,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 DURASYNC=${DURASYNC:-$repo/target/release/durasync}
-COMPONENTS=${COMPONENTS:-$repo/target/wasm/wasm32-wasip2/release/certsync.wasm}
+COMPONENTS=${COMPONENTS:-}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
 TAG=${TAG:-localhost/durasync:$version}
 PODMAN=${PODMAN:-podman}
@@ -43,12 +42,11 @@ else
     trap 'rm -rf "$ctx"' EXIT
 fi
 rootfs=$ctx/rootfs
-mkdir -p "$rootfs"/usr/local/bin "$rootfs"/usr/lib/durasync "$rootfs"/etc/durasync/agent.d \
-    "$rootfs"/var/cache "$rootfs"/tmp
+mkdir -p "$rootfs"/usr/local/bin "$rootfs"/etc/durasync/agent.d "$rootfs"/var/cache "$rootfs"/tmp
 chmod 1777 "$rootfs"/tmp
 install -m 0755 "$DURASYNC" "$rootfs"/usr/local/bin/durasync
 for c in $COMPONENTS; do
-    install -m 0644 "$c" "$rootfs"/usr/lib/durasync/
+    install -m 0644 -D -t "$rootfs"/usr/lib/durasync "$c"
 done
 
 # Every library the dynamic loader maps, at the path it maps it from (the

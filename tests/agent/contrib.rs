@@ -1,7 +1,8 @@
 //! The deployment examples under `contrib/`: the systemd unit passes
 //! `systemd-analyze verify` and scores ≤ 2.5 in `systemd-analyze security`, the Kubernetes objects pass
 //! `kubernetes-validate --strict`, and the manifests they carry parse with
-//! the agent's own parser and pin the plugin the build produces.
+//! the agent's own parser and pin the plugin the build produces (the
+//! DaemonSet's by manifest digest from a registry, with a signature policy).
 
 use std::path::Path;
 use std::process::Command;
@@ -74,18 +75,60 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
         .take_while(|l| l.starts_with("    ") || l.is_empty())
         .map(|l| l.strip_prefix("    ").unwrap_or(l))
         .collect();
-    let spec = Spec::parse(&block.join("\n"), Path::new("/etc/durasync/agent.d/kube-apiserver-certs.toml"))
-        .unwrap_or_else(|e| panic!("{e}\n{}", block.join("\n")));
+    // The plugin comes from the vendor's registry by manifest digest with a
+    // signature policy (tests/agent/image.rs pulls and verifies it): no
+    // component in the image (contrib/image/build.sh bakes none in) nor in
+    // the ConfigMap. The key file it names is mounted from the
+    // `durasync-keys` ConfigMap; parsed here with a key made by openssl.
+    let wasm = block.iter().find_map(|l| l.strip_prefix("wasm = \"")).unwrap_or_default();
+    let digest = wasm
+        .strip_prefix("oci://registry.example.com/durasync/certsync@sha256:")
+        .map(|d| d.trim_end_matches('"'));
+    assert!(
+        digest.is_some_and(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit())),
+        "the plugin is not named by manifest digest: {wasm}"
+    );
+    assert!(
+        block.contains(&"[verify]") && block.contains(&"keys = [\"/etc/durasync/keys/vendor.pub\"]"),
+        "{}",
+        block.join("\n")
+    );
+    assert!(yaml.contains("            - name: keys\n              mountPath: /etc/durasync/keys\n              readOnly: true\n"), "{yaml}");
+    assert!(
+        yaml.contains("        - name: keys\n          configMap:\n            name: durasync-keys\n"),
+        "{yaml}"
+    );
+    assert!(
+        !yaml.contains("binaryData") && !yaml.contains(".wasm"),
+        "the DaemonSet carries or names a component file"
+    );
+    let build = std::fs::read_to_string(contrib("image/build.sh")).unwrap();
+    assert!(build.contains("COMPONENTS=${COMPONENTS:-}\n"), "build.sh bakes a component in by default");
+    if !tool("openssl", &["version"]) {
+        support::cannot_check(
+            "the DaemonSet's manifest cannot be parsed with a key: openssl is not installed",
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("vendor.pub");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("openssl ecparam -name prime256v1 -genkey -noout | openssl ec -pubout -out \"$1\" 2>/dev/null")
+        .args(["sh", key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    let text = block.join("\n").replace("/etc/durasync/keys/vendor.pub", key.to_str().unwrap());
+    let spec = Spec::parse(&text, Path::new("/etc/durasync/agent.d/kube-apiserver-certs.toml"))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(
         spec.manifest.sha256,
         Some(pinned_certsync_sha256()),
         "contrib/kubernetes pins another certsync"
     );
+    assert_eq!(spec.manifest.verify.keys.len(), 1);
     assert_eq!(spec.input, Input::File("/var/lib/durasync/kube-apiserver-certs.json".into()));
-    // The component comes with the image (contrib/image/build.sh puts it
-    // there), never in the ConfigMap.
-    assert!(block.contains(&"wasm = \"/usr/lib/durasync/certsync.wasm\""), "{}", block.join("\n"));
-    assert!(!yaml.contains("binaryData"), "the ConfigMap carries binary data");
 
     if !tool("kubernetes-validate", &["--version"]) {
         support::cannot_check(
