@@ -133,3 +133,73 @@ fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rust
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    fn error(files: &[PathBuf]) -> String {
+        match extra_roots(files) {
+            Err(e) => e.to_string(),
+            Ok(c) => panic!("{} certificates accepted from {files:?}", c.len()),
+        }
+    }
+
+    #[test]
+    fn ca_files_that_cannot_be_used_are_refused_naming_the_file_and_the_problem() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("missing.pem");
+        let e = error(std::slice::from_ref(&missing));
+        assert!(e.starts_with(&format!("registry CA file {}: ", missing.display())), "{e}");
+
+        let key_only =
+            file(tmp.path(), "key.pem", b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n");
+        assert!(error(&[key_only]).contains("holds no PEM `CERTIFICATE` block"));
+        let text = file(tmp.path(), "text.pem", b"not a certificate\n");
+        assert!(error(&[text]).contains("holds no PEM `CERTIFICATE` block"));
+
+        let bad_base64 =
+            file(tmp.path(), "bad.pem", b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n");
+        assert!(error(&[bad_base64]).contains("not a PEM certificate file"));
+
+        let huge = tmp.path().join("huge.pem");
+        std::fs::File::create(&huge).unwrap().set_len(MAX_CA_FILE_BYTES + 1).unwrap();
+        assert!(error(&[huge]).contains("larger than the limit of 4 MiB"));
+
+        // Base64 that is no certificate passes the PEM reading and is
+        // refused as a trust anchor when the client is made.
+        let not_der =
+            file(tmp.path(), "notder.pem", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
+        let certs = extra_roots(std::slice::from_ref(&not_der)).unwrap();
+        let settings = super::super::Settings { ca_files: vec![not_der.clone()], ..Default::default() };
+        let e = super::super::Registry::new(settings).err().expect("a bad CA was accepted").to_string();
+        assert!(e.contains(&not_der.display().to_string()) && e.contains("not usable as a CA"), "{e}");
+        assert_eq!(certs.len(), 1);
+    }
+
+    #[test]
+    fn too_many_ca_certificates_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let one = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let many = file(tmp.path(), "many.pem", one.repeat(MAX_CA_CERTIFICATES + 1).as_bytes());
+        assert!(error(&[many]).contains(&format!("more than {MAX_CA_CERTIFICATES} CA certificates")));
+    }
+
+    #[test]
+    fn errors_that_are_not_tls_are_not_explained_as_tls() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(explain(&refused), None);
+        let wrapped = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Expired),
+        );
+        let e = explain(&wrapped).expect("a wrapped certificate error");
+        assert!(e.contains("it has expired") && e.contains("--registry-ca"), "{e}");
+    }
+}
