@@ -565,7 +565,7 @@ fn the_image_is_pushed_to_a_loopback_registry_and_runs_pulled_by_the_digest_the_
     assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{reference}");
 
     // The registry serves that manifest under the tag.
-    let mut stream = std::net::TcpStream::connect(&registry.registry()).unwrap();
+    let mut stream = std::net::TcpStream::connect(registry.registry()).unwrap();
     use std::io::{Read, Write};
     write!(
         stream,
