@@ -21,10 +21,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use super::support::oci_artifacts::{openssl_key, openssl_sign, payload, skopeo_push_signature};
-use super::support::registry::{Registry, have};
+use super::support::registry::{Registry, have, on_path};
 use super::{certsync_wasm, strip_ansi, support};
 
 /// The non-root user the image runs as by default (build.sh's USER).
@@ -35,12 +35,7 @@ fn missing_prerequisite() -> Option<String> {
         return Some("podman run with host mounts and a private mount namespace needs root".into());
     }
     for (tool, package) in [("podman", "podman"), ("unshare", "util-linux"), ("ldd", "libc-bin")] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
+        if !on_path(tool) {
             return Some(format!("{tool} is not installed (apt-get install {package})"));
         }
     }

@@ -1,9 +1,7 @@
 //! A registry with htpasswd (basic) auth: credentials come from the docker
 //! config users already have; without them the error says how to give them.
 
-use std::process::Command;
-
-use super::support::registry::Setup;
+use super::support::registry::{Setup, htpasswd_auth};
 use super::*;
 
 #[test]
@@ -11,15 +9,9 @@ fn a_registry_with_basic_auth_takes_credentials_from_the_docker_config() {
     if !have("htpasswd") {
         return;
     }
-    let Some(reg) = RealRegistry::start_with(|dir| {
-        let out = Command::new("htpasswd").args(["-Bbn", "alice", "s3cret"]).output().unwrap();
-        assert!(out.status.success(), "htpasswd: {}", text(&out));
-        let file = dir.join("htpasswd");
-        std::fs::write(&file, out.stdout).unwrap();
-        Setup {
-            extra: format!("auth:\n  htpasswd:\n    realm: durasync-test\n    path: {}\n", file.display()),
-            ..Setup::default()
-        }
+    let Some(reg) = RealRegistry::start_with(|dir| Setup {
+        extra: htpasswd_auth(dir, "alice", "s3cret"),
+        ..Setup::default()
     }) else {
         return;
     };

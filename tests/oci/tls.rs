@@ -10,7 +10,7 @@
 
 use std::process::Command;
 
-use super::support::registry::{PRIVATE_ADDR, Setup, in_private_network};
+use super::support::registry::{PRIVATE_ADDR, Setup, htpasswd_auth, in_private_network};
 use super::*;
 
 /// A CA (`NAME-ca.pem`, `NAME-ca.key`) made by openssl in `dir`.
@@ -85,19 +85,10 @@ fn a_private_registry_with_tls_from_its_own_ca_and_basic_auth_is_pulled_through_
     let (cert, key) = openssl_server_cert(dir, &ca, PRIVATE_ADDR);
     let wasm = example_wasm();
     in_private_network(|| {
-        let Some(reg) = RealRegistry::start_with(|rdir| {
-            let out = Command::new("htpasswd").args(["-Bbn", "alice", "s3cret"]).output().unwrap();
-            assert!(out.status.success(), "htpasswd: {}", text(&out));
-            let file = rdir.join("htpasswd");
-            std::fs::write(&file, out.stdout).unwrap();
-            Setup {
-                host: Some(PRIVATE_ADDR.into()),
-                extra: format!(
-                    "auth:\n  htpasswd:\n    realm: durasync-test\n    path: {}\n",
-                    file.display()
-                ),
-                tls: Some((cert.clone(), key.clone())),
-            }
+        let Some(reg) = RealRegistry::start_with(|rdir| Setup {
+            host: Some(PRIVATE_ADDR.into()),
+            extra: htpasswd_auth(rdir, "alice", "s3cret"),
+            tls: Some((cert.clone(), key.clone())),
         }) else {
             return;
         };

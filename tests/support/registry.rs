@@ -10,13 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Whether `tool` is on PATH; if not, `cannot_check` (fails under CI).
-pub fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
+/// Whether `tool` is on PATH.
+pub fn on_path(tool: &str) -> bool {
+    Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success());
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether `tool` is on PATH; if not, `cannot_check` (fails under CI).
+pub fn have(tool: &str) -> bool {
+    let found = on_path(tool);
     if !found {
         super::cannot_check(&format!("`{tool}` is not installed"));
     }
@@ -37,6 +42,16 @@ pub struct Setup {
     pub extra: String,
     /// TLS: its certificate and key (PEM files).
     pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+/// The config section for htpasswd (basic) auth with one user, the file
+/// made by `htpasswd -Bbn` in `dir`.
+pub fn htpasswd_auth(dir: &Path, user: &str, password: &str) -> String {
+    let out = Command::new("htpasswd").args(["-Bbn", user, password]).output().unwrap();
+    assert!(out.status.success(), "htpasswd: {}", text(&out));
+    let file = dir.join("htpasswd");
+    std::fs::write(&file, out.stdout).unwrap();
+    format!("auth:\n  htpasswd:\n    realm: durasync-test\n    path: {}\n", file.display())
 }
 
 /// A running `docker-registry`.
