@@ -152,7 +152,8 @@ fn a_private_registry_with_tls_from_its_own_ca_and_basic_auth_is_pulled_through_
         );
 
         // Through the CA given by the environment (as a DaemonSet or unit
-        // sets it): the same manifest digest, and the plugin runs from it.
+        // sets it): the same manifest digest; and `run` with the flag runs
+        // the plugin pinned by that digest.
         let cache = dir.join("cache-env");
         let env = [("DOCKER_CONFIG", docker.as_path()), ("DURASYNC_REGISTRY_CA", ca.as_path())];
         let out = durasync_env(&cache, &["pull", &reference], &env);
@@ -163,8 +164,8 @@ fn a_private_registry_with_tls_from_its_own_ca_and_basic_auth_is_pulled_through_
         let input = manifest.with_file_name("input");
         let out = durasync_env(
             &dir.join("cache-run"),
-            &["run", manifest.to_str().unwrap(), "--input", input.to_str().unwrap()],
-            &env,
+            &["run", manifest.to_str().unwrap(), "--input", input.to_str().unwrap(), "--registry-ca", ca_arg],
+            &[("DOCKER_CONFIG", &docker)],
         );
         assert_status(&out, OK);
         assert_eq!(std::fs::read_to_string(dir.join("run/out/env/GREETING")).unwrap(), "hello\n");

@@ -15,6 +15,7 @@ use durasync::runtime::{
 use durasync::services::text::{escape_all, escape_json_c1, escape_lines};
 
 use super::exit;
+use super::registry::TlsArgs;
 
 /// `durasync run MANIFEST`
 #[derive(Debug, Args)]
@@ -42,6 +43,8 @@ pub struct RunArgs {
     /// Compile the plugin every time; never read or write the cache.
     #[arg(long, conflicts_with = "cache_dir")]
     pub no_cache: bool,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// `durasync compile MANIFEST...`
@@ -53,6 +56,8 @@ pub struct CompileArgs {
     /// Where compiled plugins are cached (default `$XDG_CACHE_HOME/durasync`).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// `durasync inspect PLUGIN.wasm|MANIFEST|oci://REF`
@@ -67,6 +72,16 @@ pub struct InspectArgs {
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// A runtime whose registry client takes `tls` (an error names a bad CA
+/// file before anything is loaded).
+fn runtime_with(cache: &CacheConfig, tls: &TlsArgs) -> Result<Runtime> {
+    let mut runtime = Runtime::new(cache)?;
+    runtime.set_registry_settings(tls.apply(Default::default())?);
+    Ok(runtime)
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -93,7 +108,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir)
     };
     let request = RunRequest::from_manifest(&manifest, input, args.dry_run)?;
-    let runtime = Runtime::new(&cache)?;
+    let runtime = runtime_with(&cache, &args.tls)?;
     let plugin = runtime.load_manifest(&manifest)?;
     match plugin.run(&request) {
         Ok(outcome) => {
@@ -159,7 +174,7 @@ pub const RESULT_INDENT: &str = "  ";
 /// and the policy first), one line per manifest; stops at the first failure.
 pub fn compile(args: &CompileArgs) -> Result<()> {
     let cache = args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir);
-    let runtime = Runtime::new(&cache)?;
+    let runtime = runtime_with(&cache, &args.tls)?;
     for path in &args.manifests {
         let manifest = Manifest::load(path)?;
         let start = std::time::Instant::now();
@@ -184,7 +199,7 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
     let (wasm_path, wasm) = match manifest.as_ref().map(|m| &m.wasm) {
         Some(Component::Oci(_)) => {
             let m = manifest.as_ref().expect("matched");
-            let fetched = Runtime::new(&CacheConfig::Default)?.read_component(m)?;
+            let fetched = runtime_with(&CacheConfig::Default, &args.tls)?.read_component(m)?;
             manifest_digest = fetched.manifest_digest;
             (m.wasm.to_string(), fetched.bytes)
         }
@@ -195,7 +210,7 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
         None if target.starts_with(REF_SCHEME) => {
             let r = super::registry::reference(&target)?;
             let policy = super::registry::key_policy(&args.keys)?;
-            let runtime = Runtime::new(&CacheConfig::Default)?;
+            let runtime = runtime_with(&CacheConfig::Default, &args.tls)?;
             let v =
                 trust::verified_component(runtime.registry()?, &r, &policy).map_err(runtime::Error::from)?;
             let bytes = v.read().map_err(runtime::Error::from)?;

@@ -15,9 +15,9 @@ use durasync::runtime::{self, CacheConfig, Runtime};
 
 use super::exit;
 
-/// Registries' TLS and plain HTTP (shared by `pull`, `push` and `agent`;
-/// `run`, `compile` and `inspect` read the same settings from the
-/// environment: `DURASYNC_REGISTRY_CA`, `DURASYNC_INSECURE_REGISTRIES`).
+/// Registries' TLS and plain HTTP, for every command that may pull
+/// (`pull`, `push`, `run`, `compile`, `inspect`, `agent`), added to the
+/// environment's `DURASYNC_REGISTRY_CA` and `DURASYNC_INSECURE_REGISTRIES`.
 #[derive(Debug, Args, Clone, Default)]
 pub struct TlsArgs {
     /// A PEM file of CA certificates trusted for registries' TLS besides the web PKI roots (a private
