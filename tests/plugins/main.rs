@@ -10,6 +10,7 @@ mod support;
 mod certsync;
 mod go;
 mod guide;
+mod harness;
 mod hostile_go;
 mod hostile_python;
 mod installer;
