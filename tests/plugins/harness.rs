@@ -98,7 +98,9 @@ fn the_python_shims_generated_files_are_what_componentize_py_generates() {
     ] {
         let generated = std::fs::read_to_string(tmp.path().join(f)).unwrap();
         let kept = std::fs::read_to_string(shim.join(f)).unwrap();
-        for line in generated.lines().map(str::trim).filter(|l| l.starts_with("def ") || l.starts_with("class ")) {
+        for line in
+            generated.lines().map(str::trim).filter(|l| l.starts_with("def ") || l.starts_with("class "))
+        {
             let name = line.split(['(', ':']).next().unwrap();
             assert!(kept.contains(name), "{f}: the shim lacks `{name}` ({line})");
         }

@@ -9,6 +9,7 @@ mod support;
 
 mod certsync;
 mod go;
+mod golden;
 mod guide;
 mod harness;
 mod hostile_go;
