@@ -1,8 +1,8 @@
 //! The language harness (`durasync harness`, `host/src/harness.rs`): the
 //! Python and JavaScript examples' own unit tests, run by their own runners
-//! (CPython's unittest, `node --test`) through the shims of
-//! `guest-sdk/python/harness` and `guest-sdk/js/harness` against the real
-//! binary; the Python shim's generated files are what componentize-py
+//! (CPython's unittest, `node --test`, `go test`) through the shims of
+//! `guest-sdk/python/harness`, `guest-sdk/js/harness` and the Go helper's
+//! `harness.go` (by `durasync-go test`) against the real binary; the Python shim's generated files are what componentize-py
 //! generates from the WIT today.
 
 use std::process::{Command, Output};
@@ -59,6 +59,15 @@ fn the_javascript_examples_unit_tests_pass_under_node_against_the_harness() {
     let text = show(&out);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("# pass 6") && text.contains("# fail 0"), "{text}");
+}
+
+#[test]
+fn the_go_examples_unit_tests_pass_under_go_test_against_the_harness() {
+    let out = support::go_toolchain::go_test("plugins/example-go");
+    let text = show(&out);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.matches("--- PASS: Test").count(), 5, "{text}");
+    assert!(!text.contains("--- FAIL"), "{text}");
 }
 
 /// The shim keeps componentize-py's generated types, world and result
