@@ -67,7 +67,9 @@ fn main() -> Result<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["build", plugin, out] => build(Path::new(plugin), Path::new(out)),
         ["test", plugin, ref flags @ ..] => test(Path::new(plugin), flags),
-        _ => bail!("usage: durasync-go build PLUGIN_DIR OUT.wasm | durasync-go test PLUGIN_DIR [GO TEST FLAGS]"),
+        _ => bail!(
+            "usage: durasync-go build PLUGIN_DIR OUT.wasm | durasync-go test PLUGIN_DIR [GO TEST FLAGS]"
+        ),
     }
 }
 
