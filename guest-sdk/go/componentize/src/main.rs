@@ -197,7 +197,7 @@ fn build_in((resolve, world): &(Resolve, wit_parser::WorldId), stage: &Path, out
     let mut module = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
     wit_component::embed_component_metadata(
         &mut module,
-        &resolve,
+        resolve,
         world,
         wit_component::StringEncoding::UTF8,
         false,
