@@ -70,6 +70,24 @@ fn the_go_examples_unit_tests_pass_under_go_test_against_the_harness() {
     assert!(!text.contains("--- FAIL"), "{text}");
 }
 
+/// The shims and helpers themselves: every `fs` method, `log`, host errors,
+/// traps, and the helpers' error text, `run`, quoting and logging, under
+/// each language's runner (`guest-sdk/python/tests`, `guest-sdk/js/test`,
+/// `guest-sdk/go/shimtest`).
+#[test]
+fn every_shim_method_and_helper_works_under_cpython_node_and_go_test() {
+    let py = python_unit_tests("guest-sdk/python");
+    let text = show(&py);
+    assert!(py.status.success() && text.contains("Ran 5 tests"), "python: {text}");
+    let js = node_unit_tests("guest-sdk/js/test/shim.test.js");
+    let text = show(&js);
+    assert!(js.status.success() && text.contains("# pass 5") && text.contains("# fail 0"), "node: {text}");
+    let go = support::go_toolchain::go_test("guest-sdk/go/shimtest");
+    let text = show(&go);
+    assert!(go.status.success(), "go: {text}");
+    assert_eq!(text.matches("--- PASS: Test").count(), 4, "go: {text}");
+}
+
 /// The shim keeps componentize-py's generated types, world and result
 /// classes as generated (only `fs.py` and `log.py` are the harness's): a WIT
 /// change that regenerates them differently fails here, naming the file.
