@@ -5,6 +5,8 @@
 //! - [`services`]: the rules every plugin call goes through (grants, paths,
 //!   modes, budgets, dry runs, operation records), with no WebAssembly.
 //! - [`runtime`]: the wasmtime host that runs plugins through the services.
+//! - [`golden`]: a built plugin's golden cases through the runtime.
+//! - [`harness`]: the same services as JSON lines, for the language shims' tests.
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
@@ -12,6 +14,10 @@
 #[cfg(feature = "runtime")]
 pub mod agent;
 pub mod durable;
+#[cfg(feature = "runtime")]
+pub mod golden;
+#[cfg(feature = "runtime")]
+pub mod harness;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod services;

@@ -2,17 +2,10 @@
 // daemontools' `envdir` reads), replaced atomically and durably.
 //
 // The JavaScript twin of plugins/example: same input, same files, same messages.
+// Host errors, results and quoting come from the helper `./durasync.js`
+// (guest-sdk/js/durasync.js, copied beside this file by the build).
 import { openRoot } from "durasync:plugin/fs@0.1.0";
-
-// `invalid-path: …`, as the Rust SDK prints a host error. A failed import
-// call throws an error whose `payload` is the WIT `error` variant.
-function errorText(e) {
-  const v = e && e.payload;
-  if (v && typeof v.tag === "string") {
-    return `${v.tag}: ${v.val}`;
-  }
-  return String(e);
-}
+import * as durasync from "./durasync.js";
 
 export function describe() {
   return {
@@ -23,13 +16,17 @@ export function describe() {
   };
 }
 
-// An export's error must be thrown as a string: anything else traps.
+// An export's error must be thrown as a string: durasync.run does that.
 export function run(config, input) {
+  return durasync.run(() => envdir(input));
+}
+
+function envdir(input) {
   let text;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(input);
   } catch (e) {
-    throw `the input is not UTF-8: ${e}`;
+    throw new durasync.Fail(`the input is not UTF-8: ${e}`);
   }
   const files = [];
   const encoder = new TextEncoder();
@@ -40,18 +37,13 @@ export function run(config, input) {
     }
     const eq = line.indexOf("=");
     if (eq < 0) {
-      throw `not KEY=value: ${JSON.stringify(line)}`;
+      throw new durasync.Fail(`not KEY=value: ${durasync.quote(line)}`);
     }
     const key = line.slice(0, eq).trim();
     const value = line.slice(eq + 1).trim();
     files.push({ name: key, contents: encoder.encode(`${value}\n`), mode: 0o644 });
   }
-  let report;
-  try {
-    // One atomic swap: readers see the old envdir or the new one, never a mix.
-    report = openRoot("out").sync("env", files);
-  } catch (e) {
-    throw errorText(e);
-  }
-  return `env: ${report.outcome} (${report.written} written, ${report.removed} removed)`;
+  // One atomic swap: readers see the old envdir or the new one, never a mix.
+  const report = openRoot("out").sync("env", files);
+  return `env: ${durasync.reportText(report)}`;
 }

@@ -63,7 +63,13 @@ const STEPS: &[(&str, &str)] = &[
 /// from the plugin's committed `plugin.toml` with the built file and its
 /// sha256 in place of the committed ones (neither toolchain builds the
 /// same bytes twice).
-fn manifest_for(plugin_dir: &str, name: &str, wasm: &Path, root: &Path, dir: &Path) -> std::path::PathBuf {
+pub fn manifest_for(
+    plugin_dir: &str,
+    name: &str,
+    wasm: &Path,
+    root: &Path,
+    dir: &Path,
+) -> std::path::PathBuf {
     let committed = support::workspace_root().join(plugin_dir).join("plugin.toml");
     let mut m: toml::Table = toml::from_str(&std::fs::read_to_string(&committed).unwrap()).unwrap();
     assert_eq!(m["name"].as_str(), Some(name), "{}", committed.display());

@@ -9,7 +9,9 @@ mod support;
 
 mod certsync;
 mod go;
+mod golden;
 mod guide;
+mod harness;
 mod hostile_go;
 mod hostile_python;
 mod installer;

@@ -31,6 +31,8 @@ const TOOL_SOURCES: &[&str] = &[
     "guest-sdk/go/componentize/Cargo.lock",
     "guest-sdk/go/componentize/src/main.rs",
     "guest-sdk/go/durasync/durasync.go",
+    "guest-sdk/go/durasync/wasm.go",
+    "guest-sdk/go/durasync/harness.go",
 ];
 
 /// Install Go and build `durasync-go` (once each); returns `durasync-go`,
@@ -79,6 +81,16 @@ pub fn go() -> PathBuf {
         );
     });
     dir.join("dist/go/bin/go")
+}
+
+/// `durasync-go test PLUGIN_DIR -v`: the plugin's `*_test.go` under `go
+/// test`, natively, served by `durasync` (the binary under test) through
+/// `durasync harness`.
+pub fn go_test(plugin_dir: &str) -> std::process::Output {
+    let mut cmd = Command::new(install());
+    cmd.arg("test").arg(workspace_root().join(plugin_dir)).arg("-v").env("DURASYNC", super::durasync());
+    go_env(&mut cmd);
+    cmd.output().expect("running durasync-go test")
 }
 
 /// The environment of `durasync-go build`: the installed Go, and Go's

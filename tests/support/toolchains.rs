@@ -114,8 +114,24 @@ fn source_files(source: &Source) -> Vec<(String, Vec<u8>)> {
         .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == ext))
         .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
         .collect();
-    files.sort();
     assert!(!files.is_empty(), "no *.{ext} file in {}", dir.display());
+    // The language's helper library, beside the plugin's sources as a
+    // vendor's build puts it (plugins import `durasync` / `./durasync.js`);
+    // a plugin's own file of that name wins.
+    let helper = match source.lang {
+        Lang::Python => Some("guest-sdk/python/durasync.py"),
+        Lang::JavaScript => Some("guest-sdk/js/durasync.js"),
+        // The Go helper package comes with durasync-go (go_toolchain.rs).
+        Lang::Go => None,
+    };
+    if let Some(helper) = helper {
+        let path = workspace_root().join(helper);
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !files.iter().any(|(n, _)| *n == name) {
+            files.push((name, std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))));
+        }
+    }
+    files.sort();
     files
 }
 

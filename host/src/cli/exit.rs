@@ -25,6 +25,8 @@ pub const PLUGIN_TRAP: u8 = 11;
 /// The plugin or its manifest was refused: a forbidden import, a sha256
 /// mismatch, a bad manifest key or value, a missing WIT function.
 pub const POLICY: u8 = 12;
+/// `durasync test`: at least one golden case failed (its lines say how).
+pub const TEST_FAILED: u8 = 14;
 
 /// The exit status for an error, from the first durable-core error in its
 /// chain (or an explicit [`Status`] attached by a command).

@@ -2,6 +2,8 @@
 
 pub mod agent;
 pub mod exit;
+pub mod golden;
+pub mod harness;
 pub mod native;
 pub mod plugin;
 pub mod registry;
@@ -37,6 +39,10 @@ pub enum Command {
     Push(registry::PushArgs),
     /// Keep every plugin instance of a config directory in sync, continuously.
     Agent(agent::AgentArgs),
+    /// Serve a plugin's `fs` and `log` calls as JSON lines on stdio (the language shims' test harness).
+    Harness(harness::HarnessArgs),
+    /// Run a built plugin's golden cases (input, config, starting and expected trees) through the runtime.
+    Test(golden::TestArgs),
 }
 
 /// How the process logs (to standard error; `DURASYNC_LOG` overrides the
@@ -74,5 +80,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Pull(args) => registry::pull(args),
         Command::Push(args) => registry::push(args),
         Command::Agent(args) => agent::run(args),
+        Command::Harness(args) => harness::harness(args),
+        Command::Test(args) => golden::test(args),
     }
 }

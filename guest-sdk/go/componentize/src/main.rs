@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! durasync-go build PLUGIN_DIR OUT.wasm
+//! durasync-go test PLUGIN_DIR [GO TEST FLAGS…]
 //! ```
 //!
 //! `PLUGIN_DIR` holds the plugin's `*.go` files, package `export_wit_world`
@@ -26,6 +27,12 @@
 //! adapter of wasmtime 48 links its WASI imports (`wasm-tools component new
 //! --adapt`). The build is reproducible (`-trimpath`, no VCS stamp): the same
 //! sources and versions give the same bytes.
+//!
+//! `test` assembles the same module in a temporary folder and runs `go test
+//! -count=1 ./export_wit_world/` natively (the host's GOOS): the helper's
+//! `harness.go` then serves the plugin's calls through `durasync harness`
+//! (`$DURASYNC`), so the plugin's `*_test.go` files run against the host's
+//! own rules without a component.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,7 +43,13 @@ use wit_parser::Resolve;
 const WORLD: &str = "plugin";
 
 /// The helper package, as plugins import it (`wit_component/durasync`).
-const HELPER: &[(&str, &str)] = &[("durasync.go", include_str!("../../durasync/durasync.go"))];
+/// `durasync.go` is shared; `wasm.go` (GOOS=wasip1) wraps the bindings,
+/// `harness.go` (any other GOOS) talks to `durasync harness` under `go test`.
+const HELPER: &[(&str, &str)] = &[
+    ("durasync.go", include_str!("../../durasync/durasync.go")),
+    ("wasm.go", include_str!("../../durasync/wasm.go")),
+    ("harness.go", include_str!("../../durasync/harness.go")),
+];
 
 /// The `go.mod` of the assembled module, for the `go` version `go` (the
 /// one the copied module declares: Go refuses a lower one). The required
@@ -53,7 +66,10 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["build", plugin, out] => build(Path::new(plugin), Path::new(out)),
-        _ => bail!("usage: durasync-go build PLUGIN_DIR OUT.wasm"),
+        ["test", plugin, ref flags @ ..] => test(Path::new(plugin), flags),
+        _ => bail!(
+            "usage: durasync-go build PLUGIN_DIR OUT.wasm | durasync-go test PLUGIN_DIR [GO TEST FLAGS]"
+        ),
     }
 }
 
@@ -62,7 +78,9 @@ fn wit_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../wit")
 }
 
-fn build(plugin: &Path, out: &Path) -> Result<()> {
+/// The plugin's `*.go` files (its `*_test.go` files too: `go build` leaves
+/// them out).
+fn plugin_sources(plugin: &Path) -> Result<Vec<PathBuf>> {
     let sources: Vec<PathBuf> = std::fs::read_dir(plugin)
         .with_context(|| format!("reading {}", plugin.display()))?
         .map(|e| e.map(|e| e.path()))
@@ -73,17 +91,54 @@ fn build(plugin: &Path, out: &Path) -> Result<()> {
     if sources.is_empty() {
         bail!("no *.go file in {} (the plugin's package export_wit_world)", plugin.display());
     }
+    Ok(sources)
+}
+
+fn build(plugin: &Path, out: &Path) -> Result<()> {
+    let sources = plugin_sources(plugin)?;
     let out = &std::path::absolute(out)?;
     let out_dir = out.parent().context("the output has no folder")?;
     let stage = out_dir.join(format!(".{}.durasync-go-build", out.file_name().unwrap().to_string_lossy()));
     let _ = std::fs::remove_dir_all(&stage);
     std::fs::create_dir_all(stage.join("export_wit_world"))?;
-    let result = assemble_and_build(&sources, &stage, out);
+    let result = assemble(&sources, &stage).and_then(|resolve| build_in(&resolve, &stage, out));
     let _ = std::fs::remove_dir_all(&stage);
     result
 }
 
-fn assemble_and_build(sources: &[PathBuf], stage: &Path, out: &Path) -> Result<()> {
+fn test(plugin: &Path, flags: &[&str]) -> Result<()> {
+    let sources = plugin_sources(plugin)?;
+    let stage = std::env::temp_dir().join(format!("durasync-go-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&stage);
+    std::fs::create_dir_all(stage.join("export_wit_world"))?;
+    let result = assemble(&sources, &stage).and_then(|_| {
+        let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
+        let status = Command::new(&go)
+            .current_dir(&stage)
+            // Every run runs: `go test` does not see that $DURASYNC changed.
+            .args(["test", "-count=1"])
+            .args(flags)
+            .arg("./export_wit_world/")
+            .env("CGO_ENABLED", "0")
+            .env("GOPROXY", "off")
+            .env("GOTOOLCHAIN", "local")
+            .env("GOWORK", "off")
+            .env("GOFLAGS", "")
+            .env_remove("GOOS")
+            .env_remove("GOARCH")
+            .status()
+            .with_context(|| format!("running {} (set GO to the Go binary)", go.to_string_lossy()))?;
+        if !status.success() {
+            bail!("go test failed ({status})");
+        }
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(&stage);
+    result
+}
+
+/// Lay out the module `wit_component` in `stage` (see the crate's docs).
+fn assemble(sources: &[PathBuf], stage: &Path) -> Result<(Resolve, wit_parser::WorldId)> {
     let (mut resolve, world) = resolve()?;
     let opts =
         wit_bindgen_go::Opts { format: wit_bindgen_go::Format::False, quiet: true, ..Default::default() };
@@ -109,7 +164,11 @@ fn assemble_and_build(sources: &[PathBuf], stage: &Path, out: &Path) -> Result<(
         .find_map(|l| l.strip_prefix("go "))
         .with_context(|| format!("no `go` line in {}", pkg.join("go.mod").display()))?;
     write(&stage.join("go.mod"), go_mod(go_version.trim()).as_bytes())?;
+    Ok((resolve, world))
+}
 
+fn build_in((resolve, world): &(Resolve, wit_parser::WorldId), stage: &Path, out: &Path) -> Result<()> {
+    let (resolve, world) = (resolve, *world);
     let core = stage.join("core.wasm");
     let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
     let status = Command::new(&go)
@@ -138,7 +197,7 @@ fn assemble_and_build(sources: &[PathBuf], stage: &Path, out: &Path) -> Result<(
     let mut module = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
     wit_component::embed_component_metadata(
         &mut module,
-        &resolve,
+        resolve,
         world,
         wit_component::StringEncoding::UTF8,
         false,

@@ -1,0 +1,26 @@
+// Module resolution hooks of the harness (see register.mjs).
+const SHIMS = {
+  fs: new URL("./fs.js", import.meta.url).href,
+  log: new URL("./log.js", import.meta.url).href,
+};
+const HELPER = new URL("../durasync.js", import.meta.url).href;
+// The contract this harness speaks: any 0.1.x (the host links 0.1.y to 0.1.x).
+const WIT = /^durasync:plugin\/(fs|log)@0\.1\.\d+$/;
+
+export async function resolve(specifier, context, next) {
+  const m = WIT.exec(specifier);
+  if (m) {
+    return { url: SHIMS[m[1]], format: "module", shortCircuit: true };
+  }
+  if (specifier === "./durasync.js") {
+    try {
+      return await next(specifier, context);
+    } catch (e) {
+      if (e && e.code === "ERR_MODULE_NOT_FOUND") {
+        return { url: HELPER, format: "module", shortCircuit: true };
+      }
+      throw e;
+    }
+  }
+  return next(specifier, context);
+}

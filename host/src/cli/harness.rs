@@ -1,0 +1,72 @@
+//! `durasync harness`: serve a plugin's `fs` and `log` calls as JSON lines
+//! on standard input/output (the protocol: `durasync::harness`), for the
+//! Python, JavaScript and Go shims of `guest-sdk/`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use durasync::harness::{DEFAULT_MAX_CALLS, Error, Harness};
+use durasync::runtime::Manifest;
+use durasync::services::{Access, Grant, Limits, Session};
+
+use super::exit;
+
+/// `durasync harness [MANIFEST] --root NAME=PATH…`
+#[derive(Debug, Args)]
+pub struct HarnessArgs {
+    /// A plugin manifest whose name, roots (with their access) and limits the
+    /// session takes; the component it names is not read.
+    pub manifest: Option<PathBuf>,
+    /// Point root NAME at PATH (a manifest's root keeps its access; any other
+    /// root is granted rw).
+    #[arg(long = "root", value_name = "NAME=PATH")]
+    pub roots: Vec<String>,
+    /// Plan every change instead of making it (as `durasync run --dry-run`).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The most calls the session serves; one more is a trap.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CALLS)]
+    pub max_calls: u64,
+}
+
+pub fn harness(args: &HarnessArgs) -> Result<()> {
+    let (name, mut roots, limits) = match &args.manifest {
+        Some(path) => {
+            let m = Manifest::load(path)?;
+            let roots: BTreeMap<_, _> = m
+                .roots
+                .iter()
+                .map(|(n, r)| (n.clone(), (r.path.clone(), r.access, r.special_modes)))
+                .collect();
+            (m.name, roots, m.limits)
+        }
+        None => ("under test".to_owned(), BTreeMap::new(), Limits::default()),
+    };
+    for spec in &args.roots {
+        let Some((root, path)) = spec.split_once('=') else {
+            return Err(anyhow::Error::new(exit::Status(exit::USAGE)))
+                .context(format!("--root {spec}: expected NAME=PATH"));
+        };
+        let (access, special) = roots.get(root).map_or((Access::ReadWrite, false), |r| (r.1, r.2));
+        roots.insert(root.to_owned(), (PathBuf::from(path), access, special));
+    }
+    let mut grants = BTreeMap::new();
+    for (root, (path, access, special)) in roots {
+        let grant = Grant::open(&path, access, special)
+            .with_context(|| format!("root {root}: opening {}", path.display()))?;
+        grants.insert(root, grant);
+    }
+    let session = Session::new(&name, grants, limits, args.dry_run);
+    let mut harness = Harness::new(session, args.max_calls);
+    let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+    match harness.serve(&mut stdin.lock(), &mut stdout.lock()) {
+        Ok(()) => Ok(()),
+        Err(e @ Error::Trap(_)) => {
+            Err(anyhow::Error::new(exit::Status(exit::PLUGIN_TRAP))).context(e.to_string())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
