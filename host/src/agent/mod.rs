@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::durable::Flush;
 use crate::runtime::{self, CacheConfig, ErrorKind, Operation, Plugin, RunRequest, Runtime};
 use crate::services::LogRate;
 
@@ -66,6 +67,8 @@ pub struct Options {
     pub log_burst_bytes: u64,
     /// … and this many bytes a second on average.
     pub log_rate_bytes: u64,
+    /// How instances whose manifest has no `flush` make staged trees durable.
+    pub flush: Flush,
 }
 
 /// The default of [`Options::max_runs`]: enough to keep a small node's cores
@@ -93,6 +96,7 @@ impl Options {
             start_jitter: Duration::from_secs(1),
             log_burst_bytes: crate::services::log_rate::DEFAULT_LOG_BURST_BYTES,
             log_rate_bytes: crate::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC,
+            flush: Flush::Auto,
         }
     }
 }
@@ -183,15 +187,17 @@ pub struct Loaded {
     pub plugin: Plugin,
 }
 
-/// Read, parse and load the manifest at `file` with the shared runtime.
+/// Read, parse and load the manifest at `file` with the shared runtime; a
+/// manifest without its own `flush` gets `flush` (the agent's `--flush`).
 /// Returns the text that was read (also on failure, when it could be read),
 /// so a reload can tell an unchanged file from a changed one.
-pub fn load(runtime: &Runtime, file: &Path) -> (Option<String>, Result<Loaded, Error>) {
+pub fn load(runtime: &Runtime, file: &Path, flush: Flush) -> (Option<String>, Result<Loaded, Error>) {
     let text = match config::read_manifest(file) {
         Ok(t) => t,
         Err(e) => return (None, Err(e)),
     };
-    let loaded = Spec::parse(&text, file).and_then(|spec| {
+    let loaded = Spec::parse(&text, file).and_then(|mut spec| {
+        spec.manifest.flush.get_or_insert(flush);
         let plugin = runtime.load_manifest(&spec.manifest).map_err(Error::Runtime)?;
         Ok(Loaded { spec, plugin })
     });
@@ -356,7 +362,7 @@ pub fn run_once(opts: &Options) -> Result<Vec<OnceSummary>, Error> {
     let runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
     let mut loaded: Vec<(PathBuf, Result<Arc<Loaded>, String>)> = Vec::new();
     for file in files {
-        let (_, result) = load(&runtime, &file);
+        let (_, result) = load(&runtime, &file, opts.flush);
         let result = result.map(Arc::new).map_err(|e| {
             tracing::error!(file = %file.display(), "not loaded: {e}");
             e.to_string()

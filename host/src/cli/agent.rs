@@ -53,6 +53,10 @@ pub struct AgentArgs {
     /// Bytes of log messages a second each instance's plugin may send on average.
     #[arg(long, value_name = "BYTES", default_value_t = durasync::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC)]
     pub log_rate_bytes: u64,
+    /// How instances whose manifest sets no `flush` make their staged trees
+    /// durable: `auto` (syncfs or per-file fsync, chosen per batch), `fsync`, `syncfs`.
+    #[arg(long, value_name = "auto|fsync|syncfs", default_value_t = durasync::durable::Flush::Auto)]
+    pub flush: durasync::durable::Flush,
 }
 
 /// `--log-format`.
@@ -78,6 +82,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         start_jitter: args.start_jitter,
         log_burst_bytes: args.log_burst_bytes,
         log_rate_bytes: args.log_rate_bytes,
+        flush: args.flush,
         ..Options::new(args.config_dir.clone())
     };
     // The log format and the agent's `info` default are set up by `main`

@@ -42,6 +42,10 @@ pub struct RunArgs {
     /// Compile the plugin every time; never read or write the cache.
     #[arg(long, conflicts_with = "cache_dir")]
     pub no_cache: bool,
+    /// How the plugin's syncs make their staged trees durable (overrides
+    /// the manifest's `flush`; default `auto`).
+    #[arg(long, value_name = "auto|fsync|syncfs")]
+    pub flush: Option<durasync::durable::Flush>,
 }
 
 /// `durasync compile MANIFEST...`
@@ -92,6 +96,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else {
         args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir)
     };
+    if let Some(flush) = args.flush {
+        manifest.flush = Some(flush);
+    }
     let request = RunRequest::from_manifest(&manifest, input, args.dry_run)?;
     let runtime = Runtime::new(&cache)?;
     let plugin = runtime.load_manifest(&manifest)?;
