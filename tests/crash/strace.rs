@@ -538,3 +538,42 @@ fn strace_of_a_plugins_sync_and_remove_through_durasync_run_matches_the_core_seq
     assert_eq!(traced, ["rename(noreplace) a -> <trash>", "fsync ."]);
     assert!(!target.exists());
 }
+
+#[test]
+fn strace_of_a_plugin_run_with_flush_syncfs_shows_one_syncfs_and_the_commit_fsync() {
+    if !strace_available() {
+        return;
+    }
+    let work =
+        tempfile::Builder::new().prefix("crash-strace-").tempdir_in(crate::tmp_base()).expect("tempdir");
+    let root = work.path().join("certs");
+    let parent = root.join("configmaps");
+    std::fs::create_dir_all(&parent).expect("mkdir");
+    let manifest = certsync_manifest(work.path(), &root);
+    let input = work.path().join("with-a.json");
+    let object = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"},"data":{"f":"F","sub":"S"}}"#;
+    std::fs::write(
+        &input,
+        format!(r#"{{"apiVersion":"v1","kind":"List","items":[{object}],"metadata":{{}}}}"#),
+    )
+    .expect("input");
+    // `--flush syncfs` on the command line reaches the plugin's syncs.
+    let args = [
+        Path::new("run"),
+        manifest.as_path(),
+        Path::new("--input"),
+        &input,
+        Path::new("--no-cache"),
+        Path::new("--flush"),
+        Path::new("syncfs"),
+    ];
+    let calls = strace(work.path(), &args);
+    let target = parent.join("a");
+    let new = crate::model::snapshot(&target);
+    let traced = durable_seq(&calls, &target, &new);
+    println!("[strace] plugin sync, --flush syncfs: {traced:?}");
+    assert_eq!(traced.syncfs, ["."], "one syncfs through the staging root");
+    assert!(traced.file_fsyncs.is_empty() && traced.dir_fsyncs.is_empty(), "{traced:?}");
+    assert_eq!((traced.swaps, traced.swap.as_str()), (1, "RENAME_NOREPLACE"));
+    assert_eq!(traced.after_swap, ["<parent>"]);
+}

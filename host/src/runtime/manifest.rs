@@ -432,6 +432,19 @@ mod tests {
         assert_eq!(m.limits.timeout_ms, 5);
         assert_eq!(m.limits.memory_bytes, Limits::default().memory_bytes);
         assert_eq!(m.config_json, r#"{"a":[1,2]}"#);
+        assert_eq!(m.flush, None, "no `flush`: the runner's default");
+    }
+
+    #[test]
+    fn the_flush_setting_parses_by_name() {
+        for flush in
+            [crate::durable::Flush::Auto, crate::durable::Flush::Fsync, crate::durable::Flush::Syncfs]
+        {
+            let m =
+                parse(&format!("name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\nflush = \"{flush}\"\n"))
+                    .unwrap();
+            assert_eq!(m.flush, Some(flush));
+        }
     }
 
     #[test]
@@ -452,6 +465,8 @@ mod tests {
             (format!("{head}[limits]\ncall_bytes = 0\n"), "limits.call_bytes"),
             (format!("{head}[roots.\"a b\"]\npath = \"/x\"\naccess = \"rw\"\n"), "roots.a b"),
             (format!("{head}config = 3\n"), "config"),
+            (format!("{head}flush = \"fdatasync\"\n"), "flush"),
+            (format!("{head}flush = 1\n"), "flush"),
             ("wasm = \"x.wasm\"\n".to_owned(), "name"),
             (format!("name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{}\"\n", SHA.to_uppercase()), "sha256"),
         ];

@@ -177,16 +177,18 @@ impl Lab {
                     };
                     if verb != "write" {
                         // The flush decision is logged at debug level.
-                        c.arg("--flush").arg(self.flush).env("DURASYNC_LOG", "durasync::durable=debug");
+                        c.arg("--flush").arg(self.flush);
+                        c.env("DURASYNC_LOG", "durasync::durable=debug").env("NO_COLOR", "1");
                     }
                     let out = run(&mut c);
                     if out.status.success() {
                         // A forced syncfs must really be the primitive: the
                         // full syncs (A→B, the plugin's envdir) say so.
                         let full_sync = step == 0 || step == 3;
-                        let log = String::from_utf8_lossy(&out.stderr);
+                        let log = without_ansi(&String::from_utf8_lossy(&out.stderr));
                         if self.flush == "syncfs" && full_sync && !log.contains("syncfs=true") {
-                            violations.push(format!("step {step} did not flush with syncfs: {log}"));
+                            let tail = &log[log.len().saturating_sub(400)..];
+                            violations.push(format!("step {step} did not flush with syncfs: {tail:?}"));
                         }
                         succeeded += 1;
                         continue;
@@ -428,6 +430,25 @@ impl Lab {
     fn round_image(&self) -> PathBuf {
         self.dir.join("round.img")
     }
+}
+
+/// `text` without terminal colour sequences (`ESC [ … m`), which the log
+/// puts between a field's name and its value.
+fn without_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// What the recovered file system held.
