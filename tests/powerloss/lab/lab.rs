@@ -187,7 +187,8 @@ impl Lab {
                         let full_sync = step == 0 || step == 3;
                         let log = without_ansi(&String::from_utf8_lossy(&out.stderr));
                         if self.flush == "syncfs" && full_sync && !log.contains("syncfs=true") {
-                            let tail = &log[log.len().saturating_sub(400)..];
+                            let skip = log.chars().count().saturating_sub(400);
+                            let tail: String = log.chars().skip(skip).collect();
                             violations.push(format!("step {step} did not flush with syncfs: {tail:?}"));
                         }
                         succeeded += 1;
