@@ -7,9 +7,11 @@
 //!   directory (N + D + 1 before the swap), issued from
 //!   [`super::DEFAULT_THREADS`] threads so the block layer merges device
 //!   flushes. Its cost grows with the batch, not with anyone else's dirty
-//!   data. On btrfs, parallel fsyncs contend on the log tree (1000 files:
-//!   16 threads ~1045 ms, one at a time ~596 ms, DESIGN.md), so there they
-//!   are issued one at a time.
+//!   data. On btrfs they contend on the log tree and are slow however they
+//!   are issued: 1000 files took 1045 ms from 16 threads and 596 ms one at
+//!   a time in DESIGN.md's run, but 1692 ms from 16 threads, 5143 ms from 4
+//!   and 4360 ms one at a time on Linux 6.18 here (BENCHMARKS.md), so the
+//!   thread count is kept and `auto` avoids fsyncs on btrfs instead.
 //! - **syncfs**: the files and directories are written without any fsync,
 //!   then **one** `syncfs(2)` on the staging directory's fd writes back and
 //!   commits everything dirty on that file system: the batch's data, modes
@@ -42,8 +44,11 @@
 //! - the kernel is 5.8 or later (error reporting, above);
 //! - the batch writes at least [`SYNCFS_MIN_FILES`] files (for a few files
 //!   their own fsyncs cost about one flush anyway, and touch no one else);
-//! - the other dirty data that `syncfs` would have to write back is at most
-//!   [`SYNCFS_MAX_OTHER_DIRTY`]: the device's own write-back statistics
+//! - on ext4 and xfs, the other dirty data that `syncfs` would have to
+//!   write back is at most [`SYNCFS_MAX_OTHER_DIRTY`] (on btrfs, `syncfs`
+//!   beat parallel fsyncs even with another writer keeping ≥ 1 GiB dirty:
+//!   905 against 1975 ms in DESIGN.md's run, 495 against 2200 ms here):
+//!   the device's own write-back statistics
 //!   (`BdiReclaimable` + `BdiWriteback` of `/sys/class/bdi/MAJ:MIN/stats`,
 //!   or of debugfs' `/sys/kernel/debug/bdi/MAJ:MIN/stats`) when the kernel
 //!   shows them, else `Dirty` + `Writeback` of `/proc/meminfo`, the whole
@@ -162,10 +167,7 @@ pub(crate) fn choose(
 ) -> Result<Chosen> {
     let magic = rustix::fs::fstatfs(dir).map(|st| st.f_type as u64).ok();
     let kind = magic.and_then(fs_kind);
-    let btrfs = kind == Some("btrfs");
-    // btrfs: parallel fsyncs contend on its log tree; one at a time is faster.
-    let fsync_threads = if btrfs { 1 } else { threads };
-    let fsync = |why: String| Chosen { syncfs: false, threads: fsync_threads, why };
+    let fsync = |why: String| Chosen { syncfs: false, threads, why };
     let syncfs = |why: String| Chosen { syncfs: true, threads, why };
     let kernel_ok = kernel_reports_syncfs_errors();
     match flush {
@@ -197,6 +199,11 @@ pub(crate) fn choose(
             }
             if writes < SYNCFS_MIN_FILES {
                 return Ok(fsync(format!("auto: {writes} files to write, fewer than {SYNCFS_MIN_FILES}")));
+            }
+            if kind == "btrfs" {
+                // Its fsyncs contend on the log tree; one syncfs was faster
+                // even beside another writer's gigabyte of dirty data.
+                return Ok(syncfs(format!("auto: btrfs, {writes} files")));
             }
             match other_dirty(dir) {
                 Some((bytes, source)) if bytes <= SYNCFS_MAX_OTHER_DIRTY => {
