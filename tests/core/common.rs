@@ -82,9 +82,17 @@ pub fn open_dir(path: &Path) -> OwnedFd {
     .unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
 }
 
-/// Options for a test: the given probe, default limits, `threads` workers.
+/// Options for a test: the given probe, default limits, `threads` workers,
+/// per-file fsyncs (the counts these tests check; `auto` could pick syncfs
+/// for a large batch on a quiet ext4, xfs or btrfs).
 pub fn opts(probe: &dyn Probe, threads: usize) -> Options<'_> {
-    Options { probe, limits: Limits::default(), threads, ..Options::default() }
+    Options {
+        probe,
+        limits: Limits::default(),
+        threads,
+        flush: durasync::durable::Flush::Fsync,
+        ..Options::default()
+    }
 }
 
 /// One entry of a [`Snapshot`].
@@ -250,6 +258,7 @@ pub fn key(op: &Op<'_>) -> Key {
         Op::Chmod { path, mode } => ("chmod", format!("{} {mode:o}", normalize(path))),
         Op::FsyncFile { path } => ("fsync-file", normalize(path)),
         Op::FsyncDir { path } => ("fsync-dir", normalize(path)),
+        Op::Syncfs { path } => ("syncfs", normalize(path)),
         Op::Exchange { a, b } => ("exchange", format!("{} <-> {}", normalize(a), normalize(b))),
         Op::Rename { from, to, .. } => ("rename", format!("{} -> {}", normalize(from), normalize(to))),
         Op::Link { from, to } => ("link", format!("{} -> {}", normalize(from), normalize(to))),

@@ -122,7 +122,8 @@ fn strace_counts_100_file_fsyncs_and_2_directory_fsyncs_for_100_files_then_none(
     write_tree(&s.join("src"), &new, 0o755);
     let parent = std::fs::canonicalize(s.path()).unwrap();
 
-    let Some((stdout, syncs)) = traced(&["sync", "target", "--from", "src"], s.path(), traces.path()) else {
+    let args = ["sync", "target", "--from", "src", "--flush", "fsync"];
+    let Some((stdout, syncs)) = traced(&args, s.path(), traces.path()) else {
         return;
     };
     assert_eq!(stdout, "replaced target: 100 written, 0 removed\n");

@@ -13,6 +13,7 @@ mod cli;
 mod concurrency;
 mod deep;
 mod faults;
+mod flush;
 mod fsync_count;
 mod incremental;
 mod leftovers;

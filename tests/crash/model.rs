@@ -19,6 +19,9 @@
 //! - a rename or an exchange is one change of its directory: all of it or
 //!   none of it; it too is durable only once its directory is fsynced; a
 //!   rename across directories is one change of each, independently;
+//! - a `syncfs` is an fsync of every inode; a failed one is a failed fsync
+//!   of every inode with pending changes (which of them the kernel dropped
+//!   is unknown, so all of them may be lost, for good);
 //! - a failed fsync ("fsyncgate") persists nothing of that inode's pending
 //!   changes, and they never will be: the running system still sees them,
 //!   but a later fsync of the inode succeeds without persisting them (only
@@ -257,6 +260,11 @@ impl Inode {
         }
     }
 
+    /// Whether anything of this inode is not durable yet.
+    fn has_pending(&self) -> bool {
+        !self.changes.is_empty() || self.data.len() > 1 || self.modes.len() > 1
+    }
+
     fn current_entries(&self) -> BTreeMap<String, Ino> {
         let mut e = self.lost.as_ref().map_or_else(|| self.entries.clone(), |l| l.entries.clone());
         for change in &self.changes {
@@ -301,6 +309,11 @@ pub enum IOp {
     FsyncFail {
         ino: Ino,
     },
+    /// `syncfs`: an fsync of every inode of the file system.
+    SyncFs,
+    /// A failed `syncfs`: a failed fsync of every inode with pending
+    /// changes (any of them may have been dropped, and never persist).
+    SyncFsFail,
     /// One atomic change of `dir`'s entries (rename, exchange, unlink, rmdir).
     Entries {
         dir: Ino,
@@ -421,6 +434,15 @@ impl Model {
             ROp::Chmod { path, mode } => IOp::Chmod { ino: self.must(path, rop), mode: *mode },
             ROp::FsyncFile { path } | ROp::FsyncDir { path } => IOp::Fsync { ino: self.must(path, rop) },
             ROp::FsyncFail { path } => IOp::FsyncFail { ino: self.must(path, rop) },
+            // The fd's directory must exist; what is flushed is everything.
+            ROp::Syncfs { path } => {
+                self.must(path, rop);
+                IOp::SyncFs
+            }
+            ROp::SyncfsFail { path } => {
+                self.must(path, rop);
+                IOp::SyncFsFail
+            }
             // One more entry for an existing inode, in the directory of `to`:
             // a change of that directory, durable once it is fsynced.
             ROp::Link { from, to } => {
@@ -507,6 +529,21 @@ impl Model {
                 inode.data.truncate(1);
                 inode.modes.truncate(1);
                 inode.lost = Some(Lost { entries, data, mode });
+            }
+            IOp::SyncFs => {
+                let mut all: Vec<Ino> = self.inodes.keys().copied().collect();
+                all.sort_unstable();
+                for ino in all {
+                    self.apply(&IOp::Fsync { ino });
+                }
+            }
+            IOp::SyncFsFail => {
+                let mut pending: Vec<Ino> =
+                    self.inodes.iter().filter(|(_, i)| i.has_pending()).map(|(n, _)| *n).collect();
+                pending.sort_unstable();
+                for ino in pending {
+                    self.apply(&IOp::FsyncFail { ino });
+                }
             }
             IOp::Entries { dir, change } => self.inode(*dir).changes.push(change.clone()),
             IOp::Move { from, from_name, to, to_name, ino } => {

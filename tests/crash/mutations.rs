@@ -21,7 +21,7 @@ struct Mutation {
 fn mutations(sc: &Scenario, before_swap: Option<&str>) -> Vec<Mutation> {
     let mut out = Vec::new();
     for (i, step) in sc.steps.iter().enumerate() {
-        if matches!(step.op, IOp::Fsync { .. }) {
+        if matches!(step.op, IOp::Fsync { .. } | IOp::SyncFs) {
             let mut steps = sc.steps.clone();
             steps.remove(i);
             out.push(Mutation { name: format!("drop op {} `{}`", i + 1, step.what), steps });
@@ -33,7 +33,9 @@ fn mutations(sc: &Scenario, before_swap: Option<&str>) -> Vec<Mutation> {
             .steps
             .iter()
             .position(|s| match &s.rop {
-                ROp::FsyncDir { path: p } | ROp::FsyncFile { path: p } => crate::trace::short(p) == path,
+                ROp::FsyncDir { path: p } | ROp::FsyncFile { path: p } | ROp::Syncfs { path: p } => {
+                    crate::trace::short(p) == path
+                }
                 _ => false,
             })
             .unwrap_or_else(|| panic!("no fsync of {path}"));
@@ -54,7 +56,7 @@ fn check_mutations(ex: &mut Explorer, sc: &Scenario, before_swap: Option<&str>) 
     let base = ex.explore(sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
     assert!(base.violations.is_empty(), "{}: the unmutated trace fails: {}", sc.name, base.violations[0]);
     let muts = mutations(sc, before_swap);
-    let fsyncs = sc.steps.iter().filter(|s| matches!(s.op, IOp::Fsync { .. })).count();
+    let fsyncs = sc.steps.iter().filter(|s| matches!(s.op, IOp::Fsync { .. } | IOp::SyncFs)).count();
     assert_eq!(muts.len(), fsyncs + usize::from(before_swap.is_some()));
     let mut unnoticed = Vec::new();
     let mut states = 0;
@@ -144,4 +146,16 @@ fn every_fsync_and_the_rename_order_of_a_one_file_change_are_needed() {
         // rename moved before the file's fsync.
         check_mutations(&mut ex, &sc, Some("<tmp>"));
     }
+}
+
+#[test]
+fn the_syncfs_and_its_order_before_the_swap_are_needed() {
+    use durasync::durable::Flush;
+    let mut ex = Explorer::new();
+    // Dropping the syncfs or the commit fsync, and the swap moved before the syncfs.
+    let sc = scenarios::replace_with(&mut ex, Flush::Syncfs);
+    check_mutations(&mut ex, &sc, Some("<stage>"));
+    // The carried names too are made durable by the syncfs alone.
+    let sc = scenarios::syncfs_partial(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<stage>"));
 }

@@ -5,7 +5,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use durasync::durable::names::{LOCK_NAME, Leftover, leftover_name};
-use durasync::durable::{self, Options};
+use durasync::durable::{self, Flush, Options};
 
 use crate::explorer::{Expect, Explorer, Opts, Outcome, Scenario, print_stats, remove};
 use crate::model::{Disk, Model, lower, materialise, snapshot};
@@ -145,29 +145,52 @@ fn assert_commit_window(sc: &Scenario, out: &Outcome, commit_dir: &str) {
 }
 
 fn sync_call(tree: durable::Tree) -> impl FnOnce(BorrowedFd<'_>) -> Vec<ROp> {
+    sync_call_with(tree, Flush::Fsync)
+}
+
+fn sync_call_with(tree: durable::Tree, flush: Flush) -> impl FnOnce(BorrowedFd<'_>) -> Vec<ROp> {
     move |root| {
         let rec = Recorder::new();
-        let opts = Options { probe: &rec, ..Options::default() };
+        let opts = Options { probe: &rec, flush, ..Options::default() };
         durable::sync_dir(root, "t", &tree, &opts).expect("sync");
         rec.take()
     }
 }
 
+/// A scenario's name with its flush (`sync replacing a tree (syncfs)`).
+fn named(name: &str, flush: Flush) -> String {
+    match flush {
+        Flush::Syncfs => format!("{name} (syncfs)"),
+        _ => name.to_owned(),
+    }
+}
+
 /// Sync replacing an existing tree (three files for two plus a subdirectory).
 pub fn replace(ex: &mut Explorer) -> Scenario {
+    replace_with(ex, Flush::Fsync)
+}
+
+/// [`replace`], its staging tree made durable as `flush` says.
+pub fn replace_with(ex: &mut Explorer, flush: Flush) -> Scenario {
     let old = dir(
         0o750,
         &[("x", file("old x", 0o644)), ("y", file("old y", 0o600)), ("sub/z", file("old z", 0o640))],
     );
     let new =
         dir(0o750, &[("a", file("new a", 0o644)), ("b", file("new b", 0o600)), ("c", file("new c", 0o755))]);
-    let sc = record(ex, "sync replacing a tree", dir(0o755, &[("t", old)]), "t", sync_call(to_tree(&new)));
+    let name = named("sync replacing a tree", flush);
+    let sc = record(ex, &name, dir(0o755, &[("t", old)]), "t", sync_call_with(to_tree(&new), flush));
     assert_eq!(sc.expect.new.as_ref(), Some(&new));
     sc
 }
 
 /// Sync replacing a nested tree with another (`sub/dir/file`).
 pub fn nested(ex: &mut Explorer) -> Scenario {
+    nested_with(ex, Flush::Fsync)
+}
+
+/// [`nested`], its staging tree made durable as `flush` says.
+pub fn nested_with(ex: &mut Explorer, flush: Flush) -> Scenario {
     let old = dir(0o755, &[("top", file("old top", 0o644)), ("sub/dir/file", file("old file", 0o600))]);
     let mut new = dir(
         0o755,
@@ -182,7 +205,8 @@ pub fn nested(ex: &mut Explorer) -> Scenario {
     {
         *mode = 0o750;
     }
-    let sc = record(ex, "sync of a nested tree", dir(0o755, &[("t", old)]), "t", sync_call(to_tree(&new)));
+    let name = named("sync of a nested tree", flush);
+    let sc = record(ex, &name, dir(0o755, &[("t", old)]), "t", sync_call_with(to_tree(&new), flush));
     assert_eq!(sc.expect.new.as_ref(), Some(&new));
     sc
 }
@@ -192,6 +216,12 @@ pub fn nested(ex: &mut Explorer) -> Scenario {
 /// changes its bytes, one only its mode (both rewritten into fresh inodes),
 /// one is added and one removed.
 pub fn partial(ex: &mut Explorer) -> Scenario {
+    partial_with(ex, Flush::Fsync)
+}
+
+/// [`partial`], its staging tree made durable as `flush` says (with
+/// syncfs: no file fsync at all, the carried names durable by the syncfs).
+pub fn partial_with(ex: &mut Explorer, flush: Flush) -> Scenario {
     let old = dir(
         0o755,
         &[
@@ -214,7 +244,8 @@ pub fn partial(ex: &mut Explorer) -> Scenario {
             ("sub/dir/crt", file("new crt", 0o644)),
         ],
     );
-    let sc = record(ex, "sync of a partial change", dir(0o755, &[("t", old)]), "t", sync_call(to_tree(&new)));
+    let name = named("sync of a partial change", flush);
+    let sc = record(ex, &name, dir(0o755, &[("t", old)]), "t", sync_call_with(to_tree(&new), flush));
     assert_eq!(sc.expect.new.as_ref(), Some(&new));
     let linked: Vec<(String, String)> = sc
         .steps
@@ -239,7 +270,8 @@ pub fn partial(ex: &mut Explorer) -> Scenario {
     for f in ["same", "sub/same"] {
         assert!(!fsynced.contains(&format!("<stage>/{f}")), "a carried file is not fsynced: {fsynced:?}");
     }
-    assert_eq!(fsynced.len(), 4, "the changed, mode-changed and added files are: {fsynced:?}");
+    let want = if flush == Flush::Syncfs { 0 } else { 4 };
+    assert_eq!(fsynced.len(), want, "the changed, mode-changed and added files are (fsync): {fsynced:?}");
     sc
 }
 
@@ -324,8 +356,14 @@ pub fn stale_leftover(ex: &mut Explorer) -> Scenario {
 
 /// First-time sync: the target does not exist yet.
 pub fn create(ex: &mut Explorer) -> Scenario {
+    create_with(ex, Flush::Fsync)
+}
+
+/// [`create`], its staging tree made durable as `flush` says.
+pub fn create_with(ex: &mut Explorer, flush: Flush) -> Scenario {
     let new = dir(0o755, &[("a", file("first a", 0o644)), ("b", file("first b", 0o600))]);
-    let sc = record(ex, "first-time sync", Disk::dir(0o755), "t", sync_call(to_tree(&new)));
+    let name = named("first-time sync", flush);
+    let sc = record(ex, &name, Disk::dir(0o755), "t", sync_call_with(to_tree(&new), flush));
     assert_eq!(sc.expect.new.as_ref(), Some(&new));
     sc
 }
@@ -454,6 +492,72 @@ pub fn sync_retry(ex: &mut Explorer) -> Scenario {
         let opts = Options { probe: &rec, ..Options::default() };
         let err = durable::sync_dir(root, "t", &tree, &opts).expect_err("the commit fsync fails");
         assert!(matches!(err, durable::Error::Committed { durable: false, .. }), "{err}");
+        durable::sync_dir(root, "t", &tree, &opts).expect("the retry");
+        rec.take()
+    });
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    sc
+}
+
+/// A smaller [`nested`] for the syncfs flush: with one `syncfs` and no
+/// fsync before it, every entry, byte and mode of the staging tree is
+/// pending at once, so the crash states multiply; this tree keeps them
+/// below [`crate::model::STATES_CAP`] and still nests two levels.
+pub fn syncfs_nested(ex: &mut Explorer) -> Scenario {
+    let old = dir(0o755, &[("top", file("old top", 0o644))]);
+    let new = dir(0o755, &[("top", file("new top", 0o644)), ("sub/dir/file", file("deep", 0o600))]);
+    let name = "sync of a nested tree (syncfs)";
+    let sc = record(ex, name, dir(0o755, &[("t", old)]), "t", sync_call_with(to_tree(&new), Flush::Syncfs));
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    sc
+}
+
+/// A smaller [`partial`] for the syncfs flush (see [`syncfs_nested`]): a
+/// carried file at the top and one in a subdirectory (their new names
+/// durable by the syncfs alone), a changed, an added and a removed file.
+pub fn syncfs_partial(ex: &mut Explorer) -> Scenario {
+    let old = dir(
+        0o755,
+        &[
+            ("same", file("same bytes", 0o644)),
+            ("key", file("old key", 0o600)),
+            ("gone", file("removed", 0o644)),
+            ("sub/same", file("deep same", 0o640)),
+        ],
+    );
+    let new = dir(
+        0o755,
+        &[
+            ("same", file("same bytes", 0o644)),
+            ("key", file("new key!", 0o600)),
+            ("added", file("added", 0o644)),
+            ("sub/same", file("deep same", 0o640)),
+        ],
+    );
+    let name = "sync of a partial change (syncfs)";
+    let sc = record(ex, name, dir(0o755, &[("t", old)]), "t", sync_call_with(to_tree(&new), Flush::Syncfs));
+    assert_eq!(sc.expect.new.as_ref(), Some(&new));
+    let linked = sc.steps.iter().filter(|s| matches!(s.rop, ROp::Link { .. })).count();
+    assert_eq!(linked, 2, "the unchanged files are carried");
+    sc
+}
+
+/// A sync with the syncfs flush whose `syncfs` fails with EIO (any inode's
+/// pending pages may be gone for good), then the same sync again: the
+/// failure is before the swap, so nothing changed, and the retry stages
+/// everything into fresh inodes.
+pub fn syncfs_retry(ex: &mut Explorer) -> Scenario {
+    let old = dir(0o755, &[("x", file("old x", 0o644)), ("same", file("same", 0o644))]);
+    let new = dir(
+        0o755,
+        &[("a", file("new a", 0o644)), ("same", file("same", 0o644)), ("sub/y", file("y", 0o600))],
+    );
+    let tree = to_tree(&new);
+    let sc = record(ex, "sync (syncfs), failed syncfs, retry", dir(0o755, &[("t", old)]), "t", move |root| {
+        let rec = Recorder::failing_syncfs();
+        let opts = Options { probe: &rec, flush: Flush::Syncfs, ..Options::default() };
+        let err = durable::sync_dir(root, "t", &tree, &opts).expect_err("the syncfs fails");
+        assert!(matches!(err, durable::Error::Io { step: durable::Step::Syncfs, .. }), "{err}");
         durable::sync_dir(root, "t", &tree, &opts).expect("the retry");
         rec.take()
     });
@@ -646,4 +750,58 @@ fn recovery_of_planted_leftovers_is_idempotent_at_every_crash_point() {
     let mut ex = Explorer::new();
     let sc = planted(&mut ex);
     explore_ok(&mut ex, &sc);
+}
+
+#[test]
+fn a_sync_flushed_by_one_syncfs_is_old_or_new_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let scs = [
+        replace_with(&mut ex, Flush::Syncfs),
+        syncfs_nested(&mut ex),
+        syncfs_partial(&mut ex),
+        create_with(&mut ex, Flush::Syncfs),
+    ];
+    for sc in &scs {
+        let syncfs = sc.steps.iter().filter(|s| matches!(s.rop, ROp::Syncfs { .. })).count();
+        let fsyncs: Vec<&str> = sc
+            .steps
+            .iter()
+            .filter(|s| matches!(s.rop, ROp::FsyncFile { .. } | ROp::FsyncDir { .. }))
+            .map(|s| s.what.as_str())
+            .collect();
+        assert_eq!(syncfs, 1, "{}: one syncfs", sc.name);
+        assert_eq!(fsyncs, ["fsync-dir ."], "{}: and only the commit fsync", sc.name);
+        let out = explore_ok(&mut ex, sc);
+        assert_commit_window(sc, &out, ".");
+    }
+}
+
+#[test]
+fn a_sync_retried_after_a_failed_syncfs_ends_durable_at_every_crash_point() {
+    let mut ex = Explorer::new();
+    let sc = syncfs_retry(&mut ex);
+    let out = explore_ok(&mut ex, &sc);
+    let failed =
+        sc.steps.iter().position(|s| matches!(s.rop, ROp::SyncfsFail { .. })).expect("a failed syncfs");
+    let swaps: Vec<usize> =
+        sc.steps.iter().enumerate().filter(|(_, s)| s.rop.is_swap()).map(|(i, _)| i).collect();
+    assert!(swaps.len() == 1 && swaps[0] > failed, "only the retry swaps: {swaps:?}");
+    assert_commit_window(&sc, &out, ".");
+
+    // The control: ignoring the failed syncfs and swapping the failed
+    // batch's staging tree in anyway (its pages may be gone) must be caught.
+    let staging = sc.steps[..failed]
+        .iter()
+        .find_map(|s| match &s.rop {
+            ROp::Mkdir { path } if durasync::durable::names::is_leftover(path) => Some(path.clone()),
+            _ => None,
+        })
+        .expect("the failed batch's staging");
+    let mut trace: Vec<ROp> = sc.steps[..=failed].iter().map(|s| s.rop.clone()).collect();
+    trace.push(ROp::Exchange { a: staging, b: "t".into() });
+    trace.push(ROp::FsyncDir { path: ".".into() });
+    let ignoring = lower(&Model::from_disk(&sc.initial), &trace);
+    let cut = ex.explore(&sc, &ignoring, Opts { stop_at_first: true, recovery_crashes: 0 });
+    let v = cut.violations.first().expect("committing the batch of a failed syncfs is caught");
+    println!("[crash] {}: committing after the failed syncfs is caught: {v}", sc.name);
 }

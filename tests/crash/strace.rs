@@ -134,6 +134,14 @@ fn durable_seq(calls: &[Call], target: &Path, new: &Disk) -> DurableSeq {
                 let flags = call.args.rsplit(", ").next().unwrap_or_default().to_owned();
                 events.push(Event::Swap(flags));
             }
+            "syncfs" => {
+                let path = fd_path(&call.args);
+                let rel = path
+                    .strip_prefix(&parent)
+                    .map(|r| r.trim_start_matches('/'))
+                    .unwrap_or_else(|| panic!("syncfs through an fd outside the target's parent: {path}"));
+                events.push(Event::Syncfs(staging_rel(rel)));
+            }
             "linkat" => {
                 let (from, to) = link_paths(&call.args);
                 let to = to.strip_prefix(&parent).map(|r| r.trim_start_matches('/')).unwrap_or_else(|| {
@@ -306,6 +314,30 @@ fn strace_of_a_first_sync_matches_the_explored_sequence() {
 }
 
 #[test]
+fn strace_of_a_syncfs_sync_matches_the_explored_sequence() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    for sc in [scenarios::syncfs_nested(&mut ex), scenarios::syncfs_partial(&mut ex)] {
+        let (old, new) = (sc.expect.old.clone().expect("old"), sc.expect.new.clone().expect("new"));
+        let explored = explored_seq(&mut ex, &sc);
+        let (work, target, src) = setup(Some(&old), &new);
+        let mut args = sync_args(&target, &src).to_vec();
+        args.extend([Path::new("--flush"), Path::new("syncfs")]);
+        let traced = durable_seq(&strace(work.path(), &args), &target, &new);
+        println!("[strace] {}: {traced:?}", sc.name);
+        assert_eq!(traced, explored, "{}: the binary's durable sequence is the explored one", sc.name);
+        assert_eq!(traced.syncfs, ["."], "one syncfs, through the staging root");
+        assert!(traced.file_fsyncs.is_empty() && traced.dir_fsyncs.is_empty(), "{traced:?}");
+        assert!(traced.syncfs_last, "the syncfs is the last flush before the swap");
+        assert_eq!((traced.swaps, traced.swap.as_str()), (1, "RENAME_EXCHANGE"));
+        assert_eq!(traced.after_swap, ["<parent>"], "then only the commit fsync");
+        assert_eq!(crate::model::snapshot(&target), new);
+    }
+}
+
+#[test]
 fn strace_of_100_files_into_an_existing_target_shows_100_file_and_2_dir_fsyncs() {
     if !strace_available() {
         return;
@@ -321,13 +353,16 @@ fn strace_of_100_files_into_an_existing_target_shows_100_file_and_2_dir_fsyncs()
     let recorded = {
         let rec = Recorder::new();
         let parent = std::fs::File::open(target.parent().expect("parent")).expect("open");
-        let opts = durasync::durable::Options { probe: &rec, ..Default::default() };
+        let flush = durasync::durable::Flush::Fsync;
+        let opts = durasync::durable::Options { probe: &rec, flush, ..Default::default() };
         let tree = scenarios::to_tree(&new);
         durasync::durable::sync_dir(std::os::fd::AsFd::as_fd(&parent), "t", &tree, &opts).expect("sync");
         materialise_again(&target, &old);
         DurableSeq::from_trace(&rec.take())
     };
-    let traced = durable_seq(&strace(work.path(), &sync_args(&target, &src)), &target, &new);
+    let mut args = sync_args(&target, &src).to_vec();
+    args.extend([Path::new("--flush"), Path::new("fsync")]);
+    let traced = durable_seq(&strace(work.path(), &args), &target, &new);
     let file_fsyncs = traced.file_fsyncs.len();
     println!("[strace] 100 x 4 KiB: {file_fsyncs} file fsyncs, {} dir fsyncs", traced.fsyncs() - file_fsyncs);
     assert_eq!(file_fsyncs, 100);
@@ -502,4 +537,43 @@ fn strace_of_a_plugins_sync_and_remove_through_durasync_run_matches_the_core_seq
     println!("[strace] plugin remove: {traced:?}");
     assert_eq!(traced, ["rename(noreplace) a -> <trash>", "fsync ."]);
     assert!(!target.exists());
+}
+
+#[test]
+fn strace_of_a_plugin_run_with_flush_syncfs_shows_one_syncfs_and_the_commit_fsync() {
+    if !strace_available() {
+        return;
+    }
+    let work =
+        tempfile::Builder::new().prefix("crash-strace-").tempdir_in(crate::tmp_base()).expect("tempdir");
+    let root = work.path().join("certs");
+    let parent = root.join("configmaps");
+    std::fs::create_dir_all(&parent).expect("mkdir");
+    let manifest = certsync_manifest(work.path(), &root);
+    let input = work.path().join("with-a.json");
+    let object = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"},"data":{"f":"F","sub":"S"}}"#;
+    std::fs::write(
+        &input,
+        format!(r#"{{"apiVersion":"v1","kind":"List","items":[{object}],"metadata":{{}}}}"#),
+    )
+    .expect("input");
+    // `--flush syncfs` on the command line reaches the plugin's syncs.
+    let args = [
+        Path::new("run"),
+        manifest.as_path(),
+        Path::new("--input"),
+        &input,
+        Path::new("--no-cache"),
+        Path::new("--flush"),
+        Path::new("syncfs"),
+    ];
+    let calls = strace(work.path(), &args);
+    let target = parent.join("a");
+    let new = crate::model::snapshot(&target);
+    let traced = durable_seq(&calls, &target, &new);
+    println!("[strace] plugin sync, --flush syncfs: {traced:?}");
+    assert_eq!(traced.syncfs, ["."], "one syncfs through the staging root");
+    assert!(traced.file_fsyncs.is_empty() && traced.dir_fsyncs.is_empty(), "{traced:?}");
+    assert_eq!((traced.swaps, traced.swap.as_str()), (1, "RENAME_NOREPLACE"));
+    assert_eq!(traced.after_swap, ["<parent>"]);
 }

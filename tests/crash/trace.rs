@@ -40,6 +40,16 @@ pub enum ROp {
     FsyncFail {
         path: String,
     },
+    /// `syncfs` of the file system (through the fd of the directory at
+    /// `path`): every pending change of every inode becomes durable.
+    Syncfs {
+        path: String,
+    },
+    /// A `syncfs` that failed (EIO): under "fsyncgate" it may have dropped
+    /// any inode's pending changes, which then never persist.
+    SyncfsFail {
+        path: String,
+    },
     /// A new name for an existing inode (an unchanged file carried).
     Link {
         from: String,
@@ -81,6 +91,8 @@ impl std::fmt::Display for ROp {
             ROp::FsyncFile { path } => write!(f, "fsync-file {}", s(path)),
             ROp::FsyncDir { path } => write!(f, "fsync-dir {}", s(path)),
             ROp::FsyncFail { path } => write!(f, "FAILED fsync {} (EIO)", s(path)),
+            ROp::Syncfs { path } => write!(f, "syncfs via {}", s(path)),
+            ROp::SyncfsFail { path } => write!(f, "FAILED syncfs via {} (EIO)", s(path)),
             ROp::Link { from, to } => write!(f, "link {} -> {}", s(from), s(to)),
             ROp::Exchange { a, b } => write!(f, "exchange {} <-> {}", s(a), s(b)),
             ROp::Rename { from, to, replace } => {
@@ -122,6 +134,9 @@ pub struct Recorder {
     /// A directory whose next fsync fails with EIO (once), recorded as
     /// [`ROp::FsyncFail`].
     fail_fsync_of: Mutex<Option<String>>,
+    /// Whether the next `syncfs` fails with EIO (once), recorded as
+    /// [`ROp::SyncfsFail`].
+    fail_syncfs: Mutex<bool>,
 }
 
 impl Recorder {
@@ -132,7 +147,12 @@ impl Recorder {
 
     /// A recorder for calls anchored at `prefix` beneath the explored root.
     pub fn under(prefix: &str) -> Self {
-        Recorder { prefix: prefix.to_owned(), ops: Mutex::new(Vec::new()), fail_fsync_of: Mutex::new(None) }
+        Recorder {
+            prefix: prefix.to_owned(),
+            ops: Mutex::new(Vec::new()),
+            fail_fsync_of: Mutex::new(None),
+            fail_syncfs: Mutex::new(false),
+        }
     }
 
     /// A recorder whose first fsync of the directory `dir` (a recorded
@@ -140,6 +160,13 @@ impl Recorder {
     pub fn failing_fsync_of(dir: &str) -> Self {
         let r = Self::new();
         *r.fail_fsync_of.lock().unwrap() = Some(dir.to_owned());
+        r
+    }
+
+    /// A recorder whose first `syncfs` fails with EIO.
+    pub fn failing_syncfs() -> Self {
+        let r = Self::new();
+        *r.fail_syncfs.lock().unwrap() = true;
         r
     }
 
@@ -159,6 +186,15 @@ impl Recorder {
 
 impl Probe for Recorder {
     fn before(&self, op: &Op<'_>) -> std::io::Result<()> {
+        if let Op::Syncfs { path } = *op {
+            let mut fail = self.fail_syncfs.lock().unwrap_or_else(|p| p.into_inner());
+            if *fail {
+                *fail = false;
+                let path = self.p(path);
+                self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(ROp::SyncfsFail { path });
+                return Err(std::io::Error::from_raw_os_error(5));
+            }
+        }
         if let Op::FsyncDir { path } = *op {
             let mut fail = self.fail_fsync_of.lock().unwrap_or_else(|p| p.into_inner());
             if fail.as_deref() == Some(path) {
@@ -181,6 +217,7 @@ impl Probe for Recorder {
             Op::Chmod { path, mode } => ROp::Chmod { path: p(path), mode },
             Op::FsyncFile { path } => ROp::FsyncFile { path: p(path) },
             Op::FsyncDir { path } => ROp::FsyncDir { path: p(path) },
+            Op::Syncfs { path } => ROp::Syncfs { path: p(path) },
             Op::Link { from, to } => ROp::Link { from: p(from), to: p(to) },
             Op::Exchange { a, b } => ROp::Exchange { a: p(a), b: p(b) },
             Op::Rename { from, to, replace } => ROp::Rename { from: p(from), to: p(to), replace },
@@ -203,6 +240,12 @@ pub struct DurableSeq {
     /// Directories fsynced before the swap, in order, relative to the
     /// staging root (`.` is the staging root itself).
     pub dir_fsyncs: Vec<String>,
+    /// `syncfs` calls before the swap, by the directory whose fd was used
+    /// (`.`: the staging root).
+    pub syncfs: Vec<String>,
+    /// Whether a `syncfs` (if any) was the last flush before the swap, after
+    /// every file and directory fsync.
+    pub syncfs_last: bool,
     /// `RENAME_EXCHANGE` or `RENAME_NOREPLACE`.
     pub swap: String,
     /// Directories fsynced after the swap (`<parent>` is the target's parent).
@@ -216,7 +259,8 @@ pub struct DurableSeq {
 }
 
 impl DurableSeq {
-    /// Total fsyncs: N + D + 2 for N new or changed files and D new subdirectories.
+    /// Total fsyncs: N + D + 2 for N new or changed files and D new
+    /// subdirectories (with a syncfs flush: only the parent's).
     pub fn fsyncs(&self) -> usize {
         self.file_fsyncs.len() + self.dir_fsyncs.len() + self.after_swap.len()
     }
@@ -227,6 +271,8 @@ impl DurableSeq {
             file_fsyncs: BTreeSet::new(),
             links: BTreeSet::new(),
             dir_fsyncs: Vec::new(),
+            syncfs: Vec::new(),
+            syncfs_last: false,
             swap: String::new(),
             after_swap: Vec::new(),
             files_before_dirs: true,
@@ -255,10 +301,16 @@ impl DurableSeq {
                     seq.dir_fsyncs.push(p.clone());
                     last_before_swap = Some(ev);
                 }
+                Event::Syncfs(p) => {
+                    assert_eq!(seq.swaps, 0, "a syncfs after the swap: {p}");
+                    seq.syncfs.push(p.clone());
+                    last_before_swap = Some(ev);
+                }
                 Event::FsyncFile(p) | Event::FsyncDir(p) => seq.after_swap.push(p.clone()),
             }
         }
         seq.root_fsync_last = matches!(last_before_swap, Some(Event::FsyncDir(p)) if p == ".");
+        seq.syncfs_last = matches!(last_before_swap, Some(Event::Syncfs(_)));
         seq
     }
 
@@ -269,6 +321,7 @@ impl DurableSeq {
             .filter_map(|op| match op {
                 ROp::FsyncFile { path } => Some(Event::FsyncFile(staging_rel(path))),
                 ROp::FsyncDir { path } => Some(Event::FsyncDir(staging_rel(path))),
+                ROp::Syncfs { path } => Some(Event::Syncfs(staging_rel(path))),
                 ROp::Link { to, .. } => Some(Event::Link(staging_rel(to))),
                 ROp::Exchange { .. } => Some(Event::Swap("RENAME_EXCHANGE".into())),
                 ROp::Rename { replace: false, .. } => Some(Event::Swap("RENAME_NOREPLACE".into())),
@@ -287,6 +340,8 @@ pub enum Event {
     Link(String),
     FsyncFile(String),
     FsyncDir(String),
+    /// A `syncfs` through the fd of this (staging-relative) directory.
+    Syncfs(String),
     Swap(String),
 }
 

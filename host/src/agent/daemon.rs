@@ -170,11 +170,12 @@ impl Daemon {
     fn dispatch(&mut self, files: Vec<PathBuf>, force: bool, initial: bool, refresh: bool) {
         let runtime = self.runtime.clone();
         let tx = self.tx.clone();
+        let flush = self.opts.flush;
         let spawned = spawn_traced("load".into(), move || {
             let attempts = files
                 .into_iter()
                 .map(|file| {
-                    let (text, result) = load(&runtime, &file);
+                    let (text, result) = load(&runtime, &file, flush);
                     (file, text, result)
                 })
                 .collect();

@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::durable::Flush;
 use crate::runtime::{self, CacheConfig, ErrorKind, Operation, Plugin, RunRequest, Runtime};
 use crate::services::LogRate;
 
@@ -70,6 +71,8 @@ pub struct Options {
     /// insecure hosts, mirrors, limits); the blob cache is always the
     /// compile cache's.
     pub registry: runtime::distribution::Settings,
+    /// How instances whose manifest has no `flush` make staged trees durable.
+    pub flush: Flush,
 }
 
 /// The default of [`Options::max_runs`]: enough to keep a small node's cores
@@ -98,6 +101,7 @@ impl Options {
             log_burst_bytes: crate::services::log_rate::DEFAULT_LOG_BURST_BYTES,
             log_rate_bytes: crate::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC,
             registry: runtime::distribution::Settings::default(),
+            flush: Flush::Auto,
         }
     }
 }
@@ -188,15 +192,17 @@ pub struct Loaded {
     pub plugin: Plugin,
 }
 
-/// Read, parse and load the manifest at `file` with the shared runtime.
+/// Read, parse and load the manifest at `file` with the shared runtime; a
+/// manifest without its own `flush` gets `flush` (the agent's `--flush`).
 /// Returns the text that was read (also on failure, when it could be read),
 /// so a reload can tell an unchanged file from a changed one.
-pub fn load(runtime: &Runtime, file: &Path) -> (Option<String>, Result<Loaded, Error>) {
+pub fn load(runtime: &Runtime, file: &Path, flush: Flush) -> (Option<String>, Result<Loaded, Error>) {
     let text = match config::read_manifest(file) {
         Ok(t) => t,
         Err(e) => return (None, Err(e)),
     };
-    let loaded = Spec::parse(&text, file).and_then(|spec| {
+    let loaded = Spec::parse(&text, file).and_then(|mut spec| {
+        spec.manifest.flush.get_or_insert(flush);
         let plugin = runtime.load_manifest(&spec.manifest).map_err(Error::Runtime)?;
         Ok(Loaded { spec, plugin })
     });
@@ -362,7 +368,7 @@ pub fn run_once(opts: &Options) -> Result<Vec<OnceSummary>, Error> {
     runtime.set_registry_settings(opts.registry.clone());
     let mut loaded: Vec<(PathBuf, Result<Arc<Loaded>, String>)> = Vec::new();
     for file in files {
-        let (_, result) = load(&runtime, &file);
+        let (_, result) = load(&runtime, &file, opts.flush);
         let result = result.map(Arc::new).map_err(|e| {
             tracing::error!(file = %file.display(), "not loaded: {e}");
             e.to_string()

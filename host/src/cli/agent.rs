@@ -55,6 +55,10 @@ pub struct AgentArgs {
     pub log_rate_bytes: u64,
     #[command(flatten)]
     pub tls: super::registry::TlsArgs,
+    /// How instances whose manifest sets no `flush` make their staged trees
+    /// durable: `auto` (syncfs or per-file fsync, chosen per batch), `fsync`, `syncfs`.
+    #[arg(long, value_name = "auto|fsync|syncfs", default_value_t = durasync::durable::Flush::Auto)]
+    pub flush: durasync::durable::Flush,
 }
 
 /// `--log-format`.
@@ -81,6 +85,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         log_burst_bytes: args.log_burst_bytes,
         log_rate_bytes: args.log_rate_bytes,
         registry: args.tls.apply(Default::default())?,
+        flush: args.flush,
         ..Options::new(args.config_dir.clone())
     };
     // The log format and the agent's `info` default are set up by `main`

@@ -49,7 +49,7 @@ pub fn status_of(err: &anyhow::Error) -> u8 {
 pub fn core_status(e: &durable::Error) -> u8 {
     if e.is_committed() {
         COMMITTED
-    } else if matches!(e, durable::Error::Unsupported { .. }) {
+    } else if matches!(e, durable::Error::Unsupported { .. } | durable::Error::FlushUnsupported { .. }) {
         UNSUPPORTED
     } else if e.is_invalid_request() {
         INVALID

@@ -21,6 +21,11 @@ pub struct SyncArgs {
     /// it are refused.
     #[arg(long = "from", value_name = "SRC_DIR")]
     pub from: PathBuf,
+    /// How the staged tree is made durable before the swap: `auto` picks
+    /// `syncfs` or per-file `fsync` from the file system and its other dirty
+    /// data; `syncfs` is refused (exit 5) where it cannot be trusted.
+    #[arg(long, value_name = "auto|fsync|syncfs", default_value_t = durable::Flush::Auto)]
+    pub flush: durable::Flush,
     /// Print the result as a JSON object.
     #[arg(long)]
     pub json: bool,
@@ -64,7 +69,7 @@ pub fn parse_mode(s: &str) -> Result<u32, String> {
 }
 
 pub fn sync(args: &SyncArgs) -> Result<()> {
-    let opts = Options::default();
+    let opts = Options { flush: args.flush, ..Options::default() };
     let (src_parent, src_name) = split_target(&args.from)?;
     let src_dir = open_dir(&src_parent)?;
     let tree = durable::read_tree(src_dir.as_fd(), &src_name, &args.from.display().to_string(), &opts.limits)

@@ -45,6 +45,10 @@ pub struct RunArgs {
     pub no_cache: bool,
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// How the plugin's syncs make their staged trees durable (overrides
+    /// the manifest's `flush`; default `auto`).
+    #[arg(long, value_name = "auto|fsync|syncfs")]
+    pub flush: Option<durasync::durable::Flush>,
 }
 
 /// `durasync compile MANIFEST...`
@@ -107,6 +111,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else {
         args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir)
     };
+    if let Some(flush) = args.flush {
+        manifest.flush = Some(flush);
+    }
     let request = RunRequest::from_manifest(&manifest, input, args.dry_run)?;
     let runtime = runtime_with(&cache, &args.tls)?;
     let plugin = runtime.load_manifest(&manifest)?;

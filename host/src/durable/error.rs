@@ -39,6 +39,8 @@ pub enum Step {
     Rename,
     /// Flushing the parent directory: the commit point.
     FsyncParent,
+    /// `syncfs` of the file system holding a staging tree (`--flush syncfs`).
+    Syncfs,
     /// Removing a file or a directory tree.
     Remove,
 }
@@ -59,6 +61,7 @@ impl fmt::Display for Step {
             Step::Exchange => "exchange",
             Step::Rename => "rename",
             Step::FsyncParent => "fsync parent directory",
+            Step::Syncfs => "syncfs of the file system holding",
             Step::Remove => "remove",
         })
     }
@@ -160,6 +163,20 @@ pub enum Error {
         op: &'static str,
         /// The error the kernel returned.
         source: io::Error,
+    },
+    /// A flush strategy was asked for that cannot be trusted here
+    /// (`--flush syncfs` on a file system or kernel where `syncfs` may not
+    /// persist the batch or report its errors). Nothing was changed.
+    #[error(
+        "{path}: --flush syncfs cannot be used on this file system ({fs}): {reason}; nothing was changed"
+    )]
+    FlushUnsupported {
+        /// The directory where it was tried.
+        path: String,
+        /// The file system's type, as far as it is known.
+        fs: String,
+        /// Why `syncfs` cannot be trusted there.
+        reason: String,
     },
     /// The operation was cancelled ([`super::Cancel`]) before its commit
     /// point; what it had staged was removed. Nothing was changed.

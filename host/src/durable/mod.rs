@@ -9,6 +9,7 @@
 //! writes), [`walk`] (reading trees on disk), [`diff`] (comparing a tree
 //! with a directory), [`resolve`] (paths beneath a handle), `lock`
 //! (serialising processes), [`probe`] (observation and fault injection),
+//! [`flush`] (how a staging tree is made durable: fsync or syncfs),
 //! [`error`] and [`report`].
 //!
 //! # Guarantee
@@ -47,6 +48,7 @@
 mod cancel;
 pub mod diff;
 pub mod error;
+pub mod flush;
 mod lock;
 mod marker;
 pub mod names;
@@ -67,6 +69,7 @@ pub mod write;
 
 pub use cancel::Cancel;
 pub use error::{Error, Result, Step};
+pub use flush::Flush;
 pub use names::MAX_DEPTH;
 pub use primitives::{exchange, fsync};
 pub use probe::{NoProbe, Op, Probe};
@@ -96,6 +99,8 @@ pub struct Options<'a> {
     pub threads: usize,
     /// When to give up before the commit point ([`Cancel::NEVER`] by default).
     pub cancel: Cancel<'a>,
+    /// How a sync's staging tree is made durable ([`Flush::Auto`] by default).
+    pub flush: Flush,
 }
 
 impl Default for Options<'static> {
@@ -105,6 +110,7 @@ impl Default for Options<'static> {
             limits: Limits::default(),
             threads: DEFAULT_THREADS,
             cancel: Cancel::NEVER,
+            flush: Flush::Auto,
         }
     }
 }
@@ -115,6 +121,7 @@ impl std::fmt::Debug for Options<'_> {
             .field("limits", &self.limits)
             .field("threads", &self.threads)
             .field("cancel", &self.cancel)
+            .field("flush", &self.flush)
             .finish()
     }
 }

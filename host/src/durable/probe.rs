@@ -53,6 +53,13 @@ pub enum Op<'a> {
         /// The directory.
         path: &'a str,
     },
+    /// `syncfs` through the fd of the directory at `path`: every file's data
+    /// and every directory's entries on that file system become durable
+    /// (the flush of a whole staging tree, `--flush syncfs`).
+    Syncfs {
+        /// The directory whose fd was used (a staging root).
+        path: &'a str,
+    },
     /// `linkat(from, to)` (no flags: a link is never followed): one more
     /// name for the existing inode at `from`, an unchanged file of the
     /// target carried into the staging tree.

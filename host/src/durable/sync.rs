@@ -1,13 +1,16 @@
 //! Directory sync: make a directory hold exactly a [`Tree`], atomically and
 //! durably, with N + D + 2 fsyncs for N new or changed files and D
-//! subdirectories, and 2 when exactly one file changed.
+//! subdirectories (or, with the syncfs flush, one `syncfs` and one fsync),
+//! and 2 fsyncs when exactly one file changed.
 //!
 //! The sequence, top to bottom (each step's reason is written beside it):
 //! validate → lock the parent → remove stale leftovers → compare (unchanged
 //! and not marked unsynced: stop, nothing written; one file changed: replace
 //! it, see `replace_one.rs`) → build a sibling staging
 //! tree (unchanged files carried by a hard link, new and changed files
-//! written and fsynced in parallel, directories fsynced deepest first) →
+//! written and fsynced in parallel, directories fsynced deepest first; or,
+//! with the syncfs flush, all of it written and then one `syncfs`, see
+//! `flush.rs`) →
 //! mark the target unsynced → exchange it with the target
 //! (`RENAME_EXCHANGE`, or `RENAME_NOREPLACE` for a new target) → fsync the
 //! parent, the **commit point** → unmark → remove the old tree.
@@ -62,6 +65,7 @@ use super::replace_one::{one_changed_file, replace_one_file};
 use rustix::fs::{AtFlags, FileType};
 
 use super::error::{Error, Result, Step, committed, unsupported_or};
+use super::flush::{Chosen, choose as choose_flush};
 use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
@@ -135,11 +139,17 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     }
     let carried = target.as_ref().map(|t| Carried { target: t.as_fd(), name, files: &carry });
 
-    // 4–5. Build and fsync the staging tree beside the target.
+    // 4–5. Build the staging tree beside the target and make it durable:
+    // per-entry fsyncs or one syncfs, whichever the flush setting picks for
+    // this batch and file system (`flush.rs`); decided before anything is
+    // created, so a refused `--flush syncfs` changes nothing.
+    let flush = choose_flush(opts.flush, parent, name, tree.file_count() - carry.len(), opts.threads)?;
+    tracing::debug!(target = name, syncfs = flush.syncfs, threads = flush.threads, why = %flush.why, "flush");
     let staging = leftover_name(Leftover::Stage);
     let stage_fd = sys.mkdir(parent, &staging, &staging, FILL_MODE)?;
-    let staged = build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, carried.as_ref(), opts)
-        .and_then(|()| opts.cancel.check(name));
+    let staged =
+        build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, carried.as_ref(), &flush, opts)
+            .and_then(|()| opts.cancel.check(name));
     if let Err(mut e) = staged {
         if let Error::Cancelled { path } = &mut e {
             name.clone_into(path);
@@ -275,8 +285,12 @@ struct Carried<'a> {
 }
 
 /// Create every directory and file of `tree` in the staging directory and
-/// make all of it durable before it can be swapped in. `root_mode` is the
-/// staging directory's final mode; files in `carried` are linked, not written.
+/// make all of it durable before it can be swapped in, as `flush` says:
+/// per-entry fsyncs, or one syncfs through `stage` (opened before the first
+/// write, so it reports every write-back error of the batch). `root_mode` is
+/// the staging directory's final mode; files in `carried` are linked, not
+/// written.
+#[allow(clippy::too_many_arguments)]
 fn build_staging(
     sys: &Sys<'_>,
     stage: BorrowedFd<'_>,
@@ -284,6 +298,7 @@ fn build_staging(
     root_mode: u32,
     tree: &Tree,
     carried: Option<&Carried<'_>>,
+    flush: &Chosen,
     opts: &Options<'_>,
 ) -> Result<()> {
     // Directories first; the tree's order puts every parent before its children.
@@ -304,14 +319,14 @@ fn build_staging(
             jobs.push(FileJob { parent_rel, name, path: join(staging, path), contents, mode: *mode, carry });
         }
     }
-    write_files(sys, &dirs, &jobs, opts)?;
+    write_files(sys, &dirs, &jobs, !flush.syncfs, flush.threads, opts)?;
 
     // A directory's entries are durable only after fsync of that directory:
     // every new subdirectory, deepest first, then the staging root, all
     // before the swap can make them reachable from the target. That fsync is
     // also what makes a carried file's new name durable.
     // Each directory gets its exact mode once it is filled, before its fsync
-    // makes that mode durable.
+    // (or the syncfs below) makes that mode durable.
     let mut by_depth: Vec<(&str, u32)> = dirs.dirs.iter().map(|(p, (_, mode))| (*p, *mode)).collect();
     by_depth.sort_by_key(|(p, _)| (std::cmp::Reverse(p.matches('/').count()), *p));
     for (path, mode) in by_depth {
@@ -320,10 +335,20 @@ fn build_staging(
         if mode != FILL_MODE {
             sys.chmod(fd.fd(), &shown, mode)?;
         }
-        sys.fsync_dir(fd.fd(), &shown, Step::FsyncDir)?;
+        if !flush.syncfs {
+            sys.fsync_dir(fd.fd(), &shown, Step::FsyncDir)?;
+        }
     }
     if root_mode != FILL_MODE {
         sys.chmod(stage, staging, root_mode)?;
+    }
+    if flush.syncfs {
+        // Every file's data and mode, every directory's entries and mode of
+        // the staging tree (a carried file's new name too) durable in one
+        // step, after the last of them was written and before the swap can
+        // make any of them reachable from the target. Its error is the
+        // batch's: the caller discards the staging tree, nothing changed.
+        return sys.syncfs(stage, staging);
     }
     sys.fsync_dir(stage, staging, Step::FsyncDir)
 }
@@ -339,16 +364,23 @@ struct FileJob<'a> {
     carry: Option<(&'a Carried<'a>, u64)>,
 }
 
-/// Write and fsync every file, `opts.threads` at a time: parallel fsyncs let
-/// the block layer merge device flushes. Stops at the first error (or
-/// cancellation, checked before each file) and returns it.
-fn write_files(sys: &Sys<'_>, dirs: &StageDirs<'_>, jobs: &[FileJob<'_>], opts: &Options<'_>) -> Result<()> {
-    parallel::try_for_each(jobs, opts.threads, |job| {
+/// Write (and with `fsync`, fsync) every file, `threads` at a time:
+/// parallel fsyncs let the block layer merge device flushes. Stops at the
+/// first error (or cancellation, checked before each file) and returns it.
+fn write_files(
+    sys: &Sys<'_>,
+    dirs: &StageDirs<'_>,
+    jobs: &[FileJob<'_>],
+    fsync: bool,
+    threads: usize,
+    opts: &Options<'_>,
+) -> Result<()> {
+    parallel::try_for_each(jobs, threads, |job| {
         opts.cancel.check(&job.path)?;
         let dir = dirs.get(job.parent_rel)?;
         match job.carry {
-            Some((carried, ino)) => carry_one(sys, dir.fd(), carried, ino, job),
-            None => write_one(sys, dir.fd(), job),
+            Some((carried, ino)) => carry_one(sys, dir.fd(), carried, ino, job, fsync),
+            None => write_one(sys, dir.fd(), job, fsync),
         }
     })
 }
@@ -363,6 +395,7 @@ fn carry_one(
     carried: &Carried<'_>,
     ino: u64,
     job: &FileJob<'_>,
+    fsync: bool,
 ) -> Result<()> {
     let rel = join(job.parent_rel, job.name);
     let from_path = join(carried.name, &rel);
@@ -377,7 +410,7 @@ fn carry_one(
         // mount inside the target: EXDEV; an immutable or append-only file:
         // EPERM; a file at its link limit: EMLINK), nothing was created, and
         // the file is written afresh with the sequence of any changed file.
-        Err(Error::Io { source, .. }) if link_refused(&source) => return write_one(sys, dir, job),
+        Err(Error::Io { source, .. }) if link_refused(&source) => return write_one(sys, dir, job, fsync),
         Err(e) => return Err(e),
     }
     // Compared and linked in two steps: only the very inode whose bytes were
@@ -390,7 +423,7 @@ fn carry_one(
         return Ok(());
     }
     sys.unlink(dir, job.name, &job.path)?;
-    write_one(sys, dir, job)
+    write_one(sys, dir, job, fsync)
 }
 
 /// Whether a failed `linkat` means this file cannot be carried (rather than
@@ -400,11 +433,16 @@ fn link_refused(e: &std::io::Error) -> bool {
     [Errno::XDEV, Errno::PERM, Errno::MLINK].iter().any(|n| e.raw_os_error() == Some(n.raw_os_error()))
 }
 
-fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>) -> Result<()> {
+/// Create one file, write it, set its mode and, with `fsync`, fsync it
+/// (without, the staging tree's one syncfs makes it durable later).
+fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>, fsync: bool) -> Result<()> {
     let fd = sys.create(dir, job.name, &job.path)?;
     sys.write_all(fd.as_fd(), &job.path, job.contents)?;
     // fchmod, not the create mode: the umask must not change the bits.
     sys.chmod(&fd, &job.path, job.mode)?;
+    if !fsync {
+        return Ok(());
+    }
     // Data and mode durable before any directory names this file in the target.
     sys.fsync_file(fd.as_fd(), &job.path)
 }

@@ -108,6 +108,15 @@ impl<'p> Sys<'p> {
         self.observe(Op::FsyncDir { path }, step, path, || rustix::fs::fsync(fd).map_err(io::Error::from))
     }
 
+    /// `syncfs` of the file system holding `fd`: writes back and commits
+    /// everything dirty there, and reports any write-back error on that
+    /// file system since `fd` was opened (Linux 5.8+, see `flush.rs`).
+    pub(crate) fn syncfs(&self, fd: BorrowedFd<'_>, path: &str) -> Result<()> {
+        self.observe(Op::Syncfs { path }, Step::Syncfs, path, || {
+            rustix::fs::syncfs(fd).map_err(io::Error::from)
+        })
+    }
+
     /// `linkat(dir_from, from, dir_to, to, 0)`: a new name for the inode at
     /// `from`. Without `AT_SYMLINK_FOLLOW` a symbolic link at `from` would be
     /// linked itself, never followed, so callers check what they linked.

@@ -310,7 +310,16 @@ pub(crate) fn read_file_at(
         match rustix::io::read(&fd, &mut chunk[..]) {
             Ok(0) => break,
             Ok(n) if (buf.len() + n) as u64 > max => return Err(too_large((buf.len() + n) as u64)),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                // Exactly the size `fstat` gave, from a read that asked for
+                // more: that was the end of the file, and the read that
+                // would say so (0 bytes) is one system call per file saved
+                // (the unchanged check reads every source file).
+                if n < chunk.len() && buf.len() as u64 == size {
+                    break;
+                }
+            }
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(Error::io(Step::Read, path, e)),
         }

@@ -60,7 +60,8 @@ impl Plugin {
     /// Call `run` once with the request's roots, limits, config and input.
     pub fn run(&self, req: &RunRequest) -> Result<RunOutcome, Error> {
         let session = Session::new(&req.name, req.grants(), req.limits, req.dry_run)
-            .with_log_rate(req.log_rate.clone());
+            .with_log_rate(req.log_rate.clone())
+            .with_flush(req.flush);
         let (result, left) = self.call(session, |store, p| p.call_run(store, &req.config_json, &req.input));
         let returned = match result {
             Ok(r) => r,

@@ -6,6 +6,7 @@
 //! wasm = "certsync.wasm"            # required, relative to the manifest's directory,
 //!                                   # or "oci://REGISTRY/REPO:TAG" / "oci://REGISTRY/REPO@sha256:…"
 //! sha256 = "<64 lowercase hex>"     # required for a file; a mismatch refuses to load
+//! flush = "auto"                    # optional: "auto", "fsync" or "syncfs" (durable::Flush)
 //! [verify]                          # oci:// only: cosign signature policy
 //! keys = ["vendor.pub"]             # PEM public keys; a signature by any one suffices
 //! annotations = { channel = "stable" }  # optional: required payload annotations
@@ -76,6 +77,10 @@ pub struct Manifest {
     pub limits: Limits,
     /// The `[config]` table as JSON (`{}` when absent).
     pub config_json: String,
+    /// How the plugin's syncs make staged trees durable (`flush`); `None`:
+    /// the runner's default (`durasync run --flush`, `durasync agent
+    /// --flush`, else `auto`).
+    pub flush: Option<crate::durable::Flush>,
 }
 
 /// Where a component comes from.
@@ -110,7 +115,7 @@ pub const MAX_KEYS: usize = 32;
 /// The largest public key file read.
 const MAX_KEY_BYTES: u64 = 16 * 1024;
 
-const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "verify", "roots", "limits", "config"];
+const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "flush", "verify", "roots", "limits", "config"];
 const VERIFY_KEYS: &[&str] = &["keys", "annotations"];
 const ROOT_KEYS: &[&str] = &["path", "access", "special_modes"];
 const LIMIT_KEYS: &[&str] = &[
@@ -266,7 +271,14 @@ impl Manifest {
             Some(_) => return Err(bad("config", "must be a table".into())),
         };
 
+        let flush = match table.get("flush") {
+            None => None,
+            Some(toml::Value::String(s)) => Some(s.parse().map_err(|w| bad("flush", w))?),
+            Some(other) => return Err(bad("flush", format!("must be a string, not {}", other.type_str()))),
+        };
+
         Ok(Manifest {
+            flush,
             source: source.to_path_buf(),
             name,
             wasm: component,
@@ -420,6 +432,19 @@ mod tests {
         assert_eq!(m.limits.timeout_ms, 5);
         assert_eq!(m.limits.memory_bytes, Limits::default().memory_bytes);
         assert_eq!(m.config_json, r#"{"a":[1,2]}"#);
+        assert_eq!(m.flush, None, "no `flush`: the runner's default");
+    }
+
+    #[test]
+    fn the_flush_setting_parses_by_name() {
+        for flush in
+            [crate::durable::Flush::Auto, crate::durable::Flush::Fsync, crate::durable::Flush::Syncfs]
+        {
+            let m =
+                parse(&format!("name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\nflush = \"{flush}\"\n"))
+                    .unwrap();
+            assert_eq!(m.flush, Some(flush));
+        }
     }
 
     #[test]
@@ -440,6 +465,8 @@ mod tests {
             (format!("{head}[limits]\ncall_bytes = 0\n"), "limits.call_bytes"),
             (format!("{head}[roots.\"a b\"]\npath = \"/x\"\naccess = \"rw\"\n"), "roots.a b"),
             (format!("{head}config = 3\n"), "config"),
+            (format!("{head}flush = \"fdatasync\"\n"), "flush"),
+            (format!("{head}flush = 1\n"), "flush"),
             ("wasm = \"x.wasm\"\n".to_owned(), "name"),
             (format!("name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{}\"\n", SHA.to_uppercase()), "sha256"),
         ];

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::errors::Error;
 use super::manifest::Manifest;
+use crate::durable::Flush;
 use crate::services::{Grant, Limits, LogRate, Operation};
 
 /// What a plugin says about itself (`describe`).
@@ -51,6 +52,9 @@ pub struct RunRequest {
     pub dry_run: bool,
     /// The instance's log rate limit, shared by its runs (the agent's).
     pub log_rate: Option<Arc<LogRate>>,
+    /// How the run's syncs make staged trees durable (the manifest's
+    /// `flush`, else `auto`).
+    pub flush: Flush,
 }
 
 impl RunRequest {
@@ -76,6 +80,7 @@ impl RunRequest {
             input,
             dry_run,
             log_rate: None,
+            flush: manifest.flush.unwrap_or_default(),
         })
     }
 

@@ -97,7 +97,7 @@ pub fn from_core(e: &durable::Error) -> Error {
         E::NotFound { .. } => Error::NotFound(msg),
         E::NotADirectory { .. } => Error::NotADirectory(msg),
         E::Limit { .. } | E::TooLarge { .. } => Error::Limit(msg),
-        E::Unsupported { .. } => Error::Unsupported(msg),
+        E::Unsupported { .. } | E::FlushUnsupported { .. } => Error::Unsupported(msg),
         E::Committed { .. } => Error::Committed(msg),
         _ => Error::Io(msg),
     }

@@ -11,7 +11,7 @@ use super::grant::{Dir, Grant};
 use super::limits::{Limits, MAX_OPEN_DIRS, human_ms};
 use super::log_rate::LogRate;
 use super::operation::{Done, Operation};
-use crate::durable::{Cancel, Options};
+use crate::durable::{Cancel, Flush, Options};
 
 /// What a run's log budget has taken so far.
 #[derive(Debug, Default, Clone, Copy)]
@@ -59,6 +59,7 @@ pub struct Session {
     log: LogBudget,
     log_rate: Option<Arc<LogRate>>,
     open_dirs: usize,
+    flush: Flush,
 }
 
 impl Session {
@@ -79,6 +80,7 @@ impl Session {
             log: LogBudget::default(),
             log_rate: None,
             open_dirs: 0,
+            flush: Flush::Auto,
         }
     }
 
@@ -94,6 +96,13 @@ impl Session {
     #[must_use]
     pub fn with_log_rate(mut self, rate: Option<Arc<LogRate>>) -> Self {
         self.log_rate = rate;
+        self
+    }
+
+    /// The same, making staged trees durable as `flush` says.
+    #[must_use]
+    pub fn with_flush(mut self, flush: Flush) -> Self {
+        self.flush = flush;
         self
     }
 
@@ -169,9 +178,10 @@ impl Session {
     /// stops between steps that are safe to stop at (never between a durable
     /// step and its commit) once the deadline has passed, changing nothing.
     pub(crate) fn core_options(&self) -> Options<'static> {
+        let flush = self.flush;
         match self.deadline {
-            Some(deadline) => Options { cancel: Cancel::at(deadline), ..Options::default() },
-            None => Options::default(),
+            Some(deadline) => Options { cancel: Cancel::at(deadline), flush, ..Options::default() },
+            None => Options { flush, ..Options::default() },
         }
     }
 

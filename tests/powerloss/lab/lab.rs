@@ -38,6 +38,8 @@ pub struct Lab {
     manifest: PathBuf,
     /// Expected contents of the plugin's envdir, before and after its run.
     env: [BTreeMap<String, String>; 2],
+    /// The `--flush` the workload's syncs and plugin run are given.
+    pub flush: &'static str,
 }
 
 /// How a round ended, before judging.
@@ -74,12 +76,19 @@ pub enum Control {
         /// Files rewritten before the cut (≥ 1, fewer than B has).
         upto: usize,
     },
+    /// Not a wrong writer: [`Control::CopyRename`] followed by one
+    /// `syncfs(2)` of the mounted file system, then the cut. It must come
+    /// back new every time, with the volatile disk flushed during the
+    /// `syncfs`: proof that a `syncfs` on this rig reaches the disk (the
+    /// file system's commit flushes the loop device, which fsyncs the FUSE
+    /// file), so the syncfs rounds test what they claim.
+    CopyRenameSyncfs,
 }
 
 impl Lab {
     /// Build the sources and the golden image: mkfs on a plain sparse file,
     /// then the real binary syncs A and writes the lone file into it.
-    pub fn new(fs: Fs) -> Lab {
+    pub fn new(fs: Fs, flush: &'static str) -> Lab {
         let scratch =
             tempfile::Builder::new().prefix(&format!("durasync-powerloss-{}-", fs.name())).tempdir().unwrap();
         let dir = scratch.path().to_path_buf();
@@ -136,6 +145,7 @@ impl Lab {
             file: [trees::lone_file('A'), trees::lone_file('B')],
             manifest,
             env,
+            flush,
         }
     }
 
@@ -165,8 +175,22 @@ impl Lab {
                         c.arg(target).arg("--from").arg(from);
                         c
                     };
+                    if verb != "write" {
+                        // The flush decision is logged at debug level.
+                        c.arg("--flush").arg(self.flush);
+                        c.env("DURASYNC_LOG", "durasync::durable=debug").env("NO_COLOR", "1");
+                    }
                     let out = run(&mut c);
                     if out.status.success() {
+                        // A forced syncfs must really be the primitive: the
+                        // full syncs (A→B, the plugin's envdir) say so.
+                        let full_sync = step == 0 || step == 3;
+                        let log = without_ansi(&String::from_utf8_lossy(&out.stderr));
+                        if self.flush == "syncfs" && full_sync && !log.contains("syncfs=true") {
+                            let skip = log.chars().count().saturating_sub(400);
+                            let tail: String = log.chars().skip(skip).collect();
+                            violations.push(format!("step {step} did not flush with syncfs: {tail:?}"));
+                        }
                         succeeded += 1;
                         continue;
                     }
@@ -236,7 +260,7 @@ impl Lab {
         let tree = trees::generation('B');
         let ((), stats, unmounted) =
             self.powered(CutPlan::Never, CutMode::DropAll, |switch, srv| match control {
-                Control::CopyRename | Control::CopyRenameDirFsync => {
+                Control::CopyRename | Control::CopyRenameDirFsync | Control::CopyRenameSyncfs => {
                     let fsync_dirs = control == Control::CopyRenameDirFsync;
                     let new = srv.join(".target.new");
                     trees::materialise(&tree, &new, false);
@@ -248,7 +272,12 @@ impl Lab {
                     fs::rename(srv.join("target"), srv.join(".target.old")).unwrap();
                     fs::rename(&new, srv.join("target")).unwrap();
                     fs::remove_dir_all(srv.join(".target.old")).unwrap();
-                    if fsync_dirs {
+                    if control == Control::CopyRenameSyncfs {
+                        let before = switch.stats().flushes;
+                        let dir = fs::File::open(srv).unwrap();
+                        rustix::fs::syncfs(&dir).unwrap();
+                        assert!(switch.stats().flushes > before, "a syncfs that flushed nothing to the disk");
+                    } else if fsync_dirs {
                         fs::File::open(srv).unwrap().sync_all().unwrap();
                     } else {
                         // Another program's fsync: commits whatever the file
@@ -402,6 +431,25 @@ impl Lab {
     fn round_image(&self) -> PathBuf {
         self.dir.join("round.img")
     }
+}
+
+/// `text` without terminal colour sequences (`ESC [ … m`), which the log
+/// puts between a field's name and its value.
+fn without_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// What the recovered file system held.

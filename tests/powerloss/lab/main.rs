@@ -66,17 +66,35 @@ pub fn can_run(fs: Option<Fs>) -> bool {
 #[test]
 fn ext4_power_cuts_leave_every_durasync_target_old_or_new() {
     let _turn = serial();
-    schedule::lab(Fs::Ext4);
+    schedule::lab(Fs::Ext4, "fsync");
 }
 
 #[test]
 fn xfs_power_cuts_leave_every_durasync_target_old_or_new() {
     let _turn = serial();
-    schedule::lab(Fs::Xfs);
+    schedule::lab(Fs::Xfs, "fsync");
 }
 
 #[test]
 fn btrfs_power_cuts_leave_every_durasync_target_old_or_new() {
     let _turn = serial();
-    schedule::lab(Fs::Btrfs);
+    schedule::lab(Fs::Btrfs, "fsync");
+}
+
+#[test]
+fn ext4_power_cuts_with_the_syncfs_flush_leave_every_durasync_target_old_or_new() {
+    let _turn = serial();
+    schedule::lab(Fs::Ext4, "syncfs");
+}
+
+#[test]
+fn xfs_power_cuts_with_the_syncfs_flush_leave_every_durasync_target_old_or_new() {
+    let _turn = serial();
+    schedule::lab(Fs::Xfs, "syncfs");
+}
+
+#[test]
+fn btrfs_power_cuts_with_the_syncfs_flush_leave_every_durasync_target_old_or_new() {
+    let _turn = serial();
+    schedule::lab(Fs::Btrfs, "syncfs");
 }

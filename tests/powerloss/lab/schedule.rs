@@ -37,15 +37,17 @@ fn pick(rng: &mut u64, n: u64) -> u64 {
     1 + xorshift(rng) % n.max(1)
 }
 
-/// Run the whole lab for `fs` and assert its verdict.
-pub fn lab(fs: Fs) {
+/// Run the whole lab for `fs` with the workload's `--flush` (`fsync` or
+/// `syncfs`) and assert its verdict. The known-wrong controls run with the
+/// fsync lab; the syncfs lab runs the positive syncfs control instead.
+pub fn lab(fs: Fs, flush: &'static str) {
     if !can_run(Some(fs)) {
         return;
     }
     let started = Instant::now();
     let seed = seed();
     let mut rng = seed;
-    let lab = Lab::new(fs);
+    let lab = Lab::new(fs, flush);
     let mut failures: Vec<String> = Vec::new();
     let record = |what: String, o: &Observed, failures: &mut Vec<String>| {
         for v in &o.violations {
@@ -93,9 +95,13 @@ pub fn lab(fs: Fs) {
     }
 
     // The controls: known-wrong writers must be caught.
-    let controls = [Control::CopyRename, Control::CopyRenameDirFsync, Control::InPlace { upto: 0 }];
+    let controls: &[Control] = if flush == "syncfs" {
+        &[Control::CopyRenameSyncfs]
+    } else {
+        &[Control::CopyRename, Control::CopyRenameDirFsync, Control::InPlace { upto: 0 }]
+    };
     let mut control_rows = Vec::new();
-    for control in controls {
+    for &control in controls {
         let (mut old, mut new, mut neither) = (0, 0, 0);
         let mut sample = String::new();
         for i in 0..CONTROL_ROUNDS + (extra as usize) / 10 {
@@ -132,7 +138,7 @@ pub fn lab(fs: Fs) {
     }
 
     println!(
-        "\npower-loss lab, {} (seed {seed}): {} durasync rounds ({} flush cut points 1..={} stride {stride}, {} random-write/soak cuts of {} writes, half torn) \
+        "\npower-loss lab, {} --flush {flush} (seed {seed}): {} durasync rounds ({} flush cut points 1..={} stride {stride}, {} random-write/soak cuts of {} writes, half torn) \
          in {:.0?}\n  target came back A {} / B {} / C {}; steps that reported success before the cut: {successes_before_cut}; violations: {}\n  \
          the cut fell during sync A→B {} / sync B→C {} / write {} / plugin run {} / after all {}",
         fs.name(),
@@ -183,6 +189,15 @@ pub fn lab(fs: Fs) {
             // between two files' fsyncs is a mixed tree.
             Control::CopyRenameDirFsync | Control::InPlace { .. } => {
                 assert!(neither > 0, "{}: {name} showed no violation in {} rounds", fs.name(), old + new);
+            }
+            // What one syncfs persisted must all be there after the cut.
+            Control::CopyRenameSyncfs => {
+                assert_eq!(
+                    (old, neither),
+                    (0, 0),
+                    "{}: {name}: a syncfs did not persist the renamed copy ({new} new)",
+                    fs.name()
+                );
             }
         }
     }
