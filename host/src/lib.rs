@@ -4,6 +4,7 @@
 //! - [`durable`]: the native core (no WebAssembly), usable on its own.
 //! - [`services`]: the rules every plugin call goes through (grants, paths,
 //!   modes, budgets, dry runs, operation records), with no WebAssembly.
+//! - [`hooks`]: the operator's validators, guardrails and actions around a run's changes.
 //! - [`runtime`]: the wasmtime host that runs plugins through the services.
 
 #![deny(missing_docs)]
@@ -12,6 +13,8 @@
 #[cfg(feature = "runtime")]
 pub mod agent;
 pub mod durable;
+#[cfg(feature = "runtime")]
+pub mod hooks;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod services;

@@ -12,6 +12,7 @@ mod config_dir;
 mod contrib;
 mod faults;
 mod hardening;
+mod hooks;
 mod image;
 mod once;
 mod sync;

@@ -14,6 +14,7 @@ mod concurrency;
 mod deep;
 mod faults;
 mod fsync_count;
+mod gate;
 mod incremental;
 mod leftovers;
 mod modes;

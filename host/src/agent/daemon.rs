@@ -417,6 +417,9 @@ impl Daemon {
         }
         self.settle(file, &report);
         self.metrics.log_dropped(&label, dropped);
+        if let Some(by) = &report.rejected_by {
+            self.metrics.rejected(&report.instance, by);
+        }
         self.metrics.run_finished(
             &report.instance,
             report.result,

@@ -41,6 +41,16 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+/// `instance`, `by`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ByLabels {
+    /// The plugin's name.
+    pub instance: String,
+    /// Who refused a change (`validator NAME`, `guard min_files`): one of
+    /// the manifest's own hooks, so the values are bounded by it.
+    pub by: String,
+}
+
 /// `instance`, `trigger`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TriggerLabels {
@@ -98,6 +108,8 @@ pub enum RunResult {
     Trap,
     /// The request was refused before the plugin ran (a missing root).
     Refused,
+    /// A change was refused before its commit by a validator or guardrail.
+    Rejected,
     /// A host I/O failure.
     IoError,
 }
@@ -111,6 +123,7 @@ impl RunResult {
             RunResult::PluginError => "plugin_error",
             RunResult::Trap => "trap",
             RunResult::Refused => "refused",
+            RunResult::Rejected => "rejected",
             RunResult::IoError => "io_error",
         }
     }
@@ -130,6 +143,7 @@ pub struct Metrics {
     info: Family<InfoLabels, Gauge>,
     reload_failures: Family<InstanceLabel, Counter>,
     log_dropped: Family<InstanceLabel, Counter>,
+    rejections: Family<ByLabels, Counter>,
     instances: Gauge,
 }
 
@@ -161,6 +175,7 @@ impl Metrics {
             info: Family::default(),
             reload_failures: Family::default(),
             log_dropped: Family::default(),
+            rejections: Family::default(),
             instances: Gauge::default(),
             registry: Registry::default(),
         };
@@ -202,6 +217,11 @@ impl Metrics {
             "log_messages_dropped",
             "Plugin log messages dropped by the instance's log rate limit",
             m.log_dropped.clone(),
+        );
+        registry.register(
+            "rejections",
+            "Changes refused before their commit by a validator or guardrail of the manifest",
+            m.rejections.clone(),
         );
         registry.register("instances", "Instances loaded", m.instances.clone());
         Metrics { registry, ..m }
@@ -258,6 +278,11 @@ impl Metrics {
     /// An instance was stopped: its info series goes.
     pub fn unloaded(&self, instance: &str, version: Version<'_>) {
         self.info.remove(&version.labels(instance));
+    }
+
+    /// A change of a run was refused by `by` (a validator or guardrail).
+    pub fn rejected(&self, instance: &str, by: &str) {
+        self.rejections.get_or_create(&ByLabels { instance: instance.into(), by: by.into() }).inc();
     }
 
     /// A manifest failed to load.

@@ -211,6 +211,9 @@ pub struct RunReport {
     pub operations: Vec<Operation>,
     /// From the start of reading the input to the end of the run.
     pub elapsed: Duration,
+    /// Who refused one of its changes (a validator or guardrail), if that
+    /// is why it failed.
+    pub rejected_by: Option<String>,
 }
 
 impl RunReport {
@@ -259,6 +262,7 @@ pub fn run_instance(loaded: &Loaded, log_rate: Option<Arc<LogRate>>) -> RunRepor
         message,
         operations,
         elapsed: start.elapsed(),
+        rejected_by: None,
     };
     let bytes = match input::read(&loaded.spec.input) {
         Ok(b) => b,
@@ -271,13 +275,17 @@ pub fn run_instance(loaded: &Loaded, log_rate: Option<Arc<LogRate>>) -> RunRepor
     request.log_rate = log_rate;
     match loaded.plugin.run(&request) {
         Ok(outcome) => report(RunResult::Ok, outcome.result, outcome.operations),
-        Err(e) => report(result_of(&e), e.to_string(), e.operations().to_vec()),
+        Err(e) => RunReport {
+            rejected_by: e.rejected_by().map(str::to_owned),
+            ..report(result_of(&e), e.to_string(), e.operations().to_vec())
+        },
     }
 }
 
 fn result_of(e: &runtime::Error) -> RunResult {
     match e.kind() {
         ErrorKind::Policy => RunResult::Refused,
+        ErrorKind::Trap if e.rejected_by().is_some() => RunResult::Rejected,
         ErrorKind::Trap => RunResult::Trap,
         ErrorKind::Plugin => RunResult::PluginError,
         ErrorKind::Io => RunResult::IoError,

@@ -98,11 +98,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
     match plugin.run(&request) {
         Ok(outcome) => {
             if args.json {
+                let would_run: Vec<_> =
+                    if args.dry_run { would_run(&manifest, &outcome.operations) } else { Vec::new() };
                 let v = json!({
                     "plugin": outcome.plugin,
                     "result": outcome.result,
                     "dry_run": args.dry_run,
                     "operations": outcome.operations,
+                    "would_run": would_run,
                 });
                 println!("{}", escape_json_c1(&v.to_string()));
             } else {
@@ -111,6 +114,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 }
                 println!("{}", escape_lines(&outcome.result, RESULT_INDENT));
                 print_operations(&outcome.operations);
+                if args.dry_run {
+                    for w in would_run(&manifest, &outcome.operations) {
+                        let field = |k: &str| escape_all(w[k].as_str().unwrap_or_default());
+                        println!("would check {}:{} with {}", field("root"), field("path"), field("hook"));
+                    }
+                }
             }
             Ok(())
         }
@@ -127,6 +136,18 @@ pub fn run(args: &RunArgs) -> Result<()> {
             Err(e.into())
         }
     }
+}
+
+/// The validators and guardrails of the manifest that a real run would
+/// apply to the planned changes (`--dry-run`): one entry per change and hook.
+fn would_run(manifest: &Manifest, ops: &[Operation]) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for op in ops.iter().filter(|o| matches!(o.op, "sync" | "write-file") && o.outcome != "unchanged") {
+        for hook in manifest.hooks.describe(&op.root, &op.path) {
+            out.push(json!({ "root": op.root, "path": op.path, "hook": hook }));
+        }
+    }
+    out
 }
 
 fn print_operations(ops: &[Operation]) {

@@ -47,6 +47,7 @@
 mod cancel;
 pub mod diff;
 pub mod error;
+pub mod gate;
 mod lock;
 mod marker;
 pub mod names;
@@ -67,6 +68,7 @@ pub mod write;
 
 pub use cancel::Cancel;
 pub use error::{Error, Result, Step};
+pub use gate::{Gate, Refusal, Staged, StagedKind};
 pub use names::MAX_DEPTH;
 pub use primitives::{exchange, fsync};
 pub use probe::{NoProbe, Op, Probe};
@@ -96,6 +98,9 @@ pub struct Options<'a> {
     pub threads: usize,
     /// When to give up before the commit point ([`Cancel::NEVER`] by default).
     pub cancel: Cancel<'a>,
+    /// Asked to accept the staged contents before the swap ([`gate`]); none
+    /// by default.
+    pub gate: Option<&'a dyn Gate>,
 }
 
 impl Default for Options<'static> {
@@ -105,6 +110,7 @@ impl Default for Options<'static> {
             limits: Limits::default(),
             threads: DEFAULT_THREADS,
             cancel: Cancel::NEVER,
+            gate: None,
         }
     }
 }
@@ -115,6 +121,7 @@ impl std::fmt::Debug for Options<'_> {
             .field("limits", &self.limits)
             .field("threads", &self.threads)
             .field("cancel", &self.cancel)
+            .field("gate", &self.gate.is_some())
             .finish()
     }
 }

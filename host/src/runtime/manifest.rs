@@ -24,6 +24,7 @@
 //! call_bytes = 67_108_864           # data handed to the host in one call
 //! read_bytes = 16_777_216           # bytes one read-file may return
 //! [config]                          # any table, handed to the plugin's `run` as JSON
+//! # and the operator's hooks: `[[validate]]`, `roots.NAME.min_files`, … (`crate::hooks::config`)
 //! ```
 //!
 //! An `oci://` component needs trust: a `sha256` pin, a digest in the
@@ -41,6 +42,7 @@ use super::distribution::Reference;
 use super::distribution::reference::SCHEME;
 use super::errors::Error;
 use super::trust::{self, PublicKey};
+use crate::hooks::{Hooks, config};
 pub use crate::services::Access;
 use crate::services::Limits;
 
@@ -76,6 +78,8 @@ pub struct Manifest {
     pub limits: Limits,
     /// The `[config]` table as JSON (`{}` when absent).
     pub config_json: String,
+    /// Validators and guardrails (`[[validate]]`, `roots.NAME.min_files`, …).
+    pub hooks: Hooks,
 }
 
 /// Where a component comes from.
@@ -110,9 +114,9 @@ pub const MAX_KEYS: usize = 32;
 /// The largest public key file read.
 const MAX_KEY_BYTES: u64 = 16 * 1024;
 
-const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "verify", "roots", "limits", "config"];
+const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "verify", "roots", "limits", "config", "validate"];
 const VERIFY_KEYS: &[&str] = &["keys", "annotations"];
-const ROOT_KEYS: &[&str] = &["path", "access", "special_modes"];
+const ROOT_KEYS: &[&str] = &["path", "access", "special_modes", "min_files", "max_removed_fraction"];
 const LIMIT_KEYS: &[&str] = &[
     "fuel",
     "timeout_ms",
@@ -191,6 +195,7 @@ impl Manifest {
         }
 
         let mut roots = BTreeMap::new();
+        let mut guards = Vec::new();
         match table.get("roots") {
             None => {}
             Some(toml::Value::Table(t)) => {
@@ -224,6 +229,10 @@ impl Manifest {
                             ));
                         }
                     };
+                    guards.push((
+                        root_name.clone(),
+                        config::parse_guard(rt, &key).map_err(|(k, w)| bad(&k, w))?,
+                    ));
                     roots.insert(root_name.clone(), Root { path: base.join(p), access, special_modes });
                 }
             }
@@ -266,7 +275,13 @@ impl Manifest {
             Some(_) => return Err(bad("config", "must be a table".into())),
         };
 
+        let root_names: Vec<&str> = roots.keys().map(String::as_str).collect();
+        let validators =
+            config::parse_validators(table.get("validate"), &root_names).map_err(|(k, w)| bad(&k, w))?;
+        let hooks = Hooks { validators, guards: config::guards(guards) };
+
         Ok(Manifest {
+            hooks,
             source: source.to_path_buf(),
             name,
             wasm: component,

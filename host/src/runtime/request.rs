@@ -8,7 +8,8 @@ use sha2::{Digest, Sha256};
 
 use super::errors::Error;
 use super::manifest::Manifest;
-use crate::services::{Grant, Limits, LogRate, Operation};
+use crate::hooks::RunHooks;
+use crate::services::{Grant, Hooks, Limits, LogRate, Operation};
 
 /// What a plugin says about itself (`describe`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -51,6 +52,9 @@ pub struct RunRequest {
     pub dry_run: bool,
     /// The instance's log rate limit, shared by its runs (the agent's).
     pub log_rate: Option<Arc<LogRate>>,
+    /// The operator's validators and guardrails (none when the manifest
+    /// declares none).
+    pub hooks: Option<Arc<dyn Hooks>>,
 }
 
 impl RunRequest {
@@ -76,6 +80,7 @@ impl RunRequest {
             input,
             dry_run,
             log_rate: None,
+            hooks: run_hooks(manifest),
         })
     }
 
@@ -83,6 +88,15 @@ impl RunRequest {
     pub(crate) fn grants(&self) -> BTreeMap<String, Grant> {
         self.roots.clone()
     }
+}
+
+/// The hooks of one run of `manifest`, if it declares any.
+fn run_hooks(manifest: &Manifest) -> Option<Arc<dyn Hooks>> {
+    if manifest.hooks.is_empty() {
+        return None;
+    }
+    let roots = manifest.roots.iter().map(|(n, r)| (n.clone(), r.path.clone())).collect();
+    Some(Arc::new(RunHooks::new(Arc::new(manifest.hooks.clone()), roots)))
 }
 
 /// The sha256 of some bytes, lowercase hex.
