@@ -7,6 +7,7 @@
 #[allow(dead_code)]
 mod support;
 
+mod actions;
 mod bench;
 mod config_dir;
 mod contrib;

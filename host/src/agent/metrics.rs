@@ -51,6 +51,17 @@ pub struct ByLabels {
     pub by: String,
 }
 
+/// `instance`, `action`, `result`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// The plugin's name.
+    pub instance: String,
+    /// The action's name (one of the manifest's, so bounded by it).
+    pub action: String,
+    /// `ok`, `failed` or `timeout`.
+    pub result: String,
+}
+
 /// `instance`, `trigger`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TriggerLabels {
@@ -144,6 +155,8 @@ pub struct Metrics {
     reload_failures: Family<InstanceLabel, Counter>,
     log_dropped: Family<InstanceLabel, Counter>,
     rejections: Family<ByLabels, Counter>,
+    actions: Family<ActionLabels, Counter>,
+    actions_owed: Family<InstanceLabel, Gauge>,
     instances: Gauge,
 }
 
@@ -176,6 +189,8 @@ impl Metrics {
             reload_failures: Family::default(),
             log_dropped: Family::default(),
             rejections: Family::default(),
+            actions: Family::default(),
+            actions_owed: Family::default(),
             instances: Gauge::default(),
             registry: Registry::default(),
         };
@@ -222,6 +237,12 @@ impl Metrics {
             "rejections",
             "Changes refused before their commit by a validator or guardrail of the manifest",
             m.rejections.clone(),
+        );
+        registry.register("actions", "Actions run after durable changes, by result", m.actions.clone());
+        registry.register(
+            "actions_owed",
+            "Actions owed by committed changes and not yet run successfully (the ledger)",
+            m.actions_owed.clone(),
         );
         registry.register("instances", "Instances loaded", m.instances.clone());
         Metrics { registry, ..m }
@@ -283,6 +304,18 @@ impl Metrics {
     /// A change of a run was refused by `by` (a validator or guardrail).
     pub fn rejected(&self, instance: &str, by: &str) {
         self.rejections.get_or_create(&ByLabels { instance: instance.into(), by: by.into() }).inc();
+    }
+
+    /// An action ended with `result`.
+    pub fn action_finished(&self, instance: &str, action: &str, result: &str) {
+        let l = ActionLabels { instance: instance.into(), action: action.into(), result: result.into() };
+        self.actions.get_or_create(&l).inc();
+    }
+
+    /// `n` actions of `instance` are owed.
+    pub fn set_actions_owed(&self, instance: &str, n: usize) {
+        let g = self.actions_owed.get_or_create(&InstanceLabel { instance: instance.into() });
+        g.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A manifest failed to load.

@@ -53,6 +53,10 @@ pub struct AgentArgs {
     /// Bytes of log messages a second each instance's plugin may send on average.
     #[arg(long, value_name = "BYTES", default_value_t = durasync::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC)]
     pub log_rate_bytes: u64,
+    /// Where the ledgers of owed actions are kept (`actions/<instance>.owed`):
+    /// an action owed when the agent stopped runs after its next start.
+    #[arg(long, value_name = "DIR", default_value = agent::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
 }
 
 /// `--log-format`.
@@ -78,6 +82,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         start_jitter: args.start_jitter,
         log_burst_bytes: args.log_burst_bytes,
         log_rate_bytes: args.log_rate_bytes,
+        state_dir: args.state_dir.clone(),
         ..Options::new(args.config_dir.clone())
     };
     // The log format and the agent's `info` default are set up by `main`

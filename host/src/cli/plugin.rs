@@ -92,6 +92,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else {
         args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir)
     };
+    if !args.dry_run && !manifest.hooks.actions.is_empty() {
+        tracing::warn!(
+            "the manifest's [[action]]s are run by `durasync agent` only (it keeps their ledger); not run here"
+        );
+    }
     let request = RunRequest::from_manifest(&manifest, input, args.dry_run)?;
     let runtime = Runtime::new(&cache)?;
     let plugin = runtime.load_manifest(&manifest)?;

@@ -1,4 +1,4 @@
-//! The manifest's hook tables: `[[validate]]` (and, per root, the
+//! The manifest's hook tables: `[[validate]]`, `[[action]]` (and, per root, the
 //! guardrail keys of `[roots.NAME]`). Parsed strictly: an unknown key or a
 //! bad value names its key (`validate[0].timeout_ms`).
 //!
@@ -14,6 +14,12 @@
 //! path = "**"                        # glob on the changed path below the root (default "**")
 //! command = ["python3", "-m", "json.tool", "{staged}/app.json"]  # {staged}, {target}
 //! timeout_ms = 30_000                # default 30 s, at most 1 h
+//! [[action]]                         # run after matching changes are durable (agent only)
+//! name = "reload"                    # optional (default: the program's name, or SIGHUP)
+//! root = "conf"
+//! path = "**"
+//! command = ["systemctl", "reload", "app"]   # or: signal = "HUP" and pidfile = "/run/app.pid"
+//! timeout_ms = 30_000
 //! ```
 
 use std::collections::BTreeMap;
@@ -216,4 +222,85 @@ fn program_name(argv: &[String]) -> String {
 /// Guards by root name, only those that check something.
 pub fn guards(parsed: impl IntoIterator<Item = (String, Guard)>) -> BTreeMap<String, Guard> {
     parsed.into_iter().filter(|(_, g)| !g.is_empty()).collect()
+}
+
+/// What an action does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionRun {
+    /// Run a command (argv, no shell).
+    Command(Vec<String>),
+    /// Send a signal to the process whose pid is in a pidfile.
+    Signal {
+        /// `HUP`, `USR1`, `USR2`, `TERM` or `INT`.
+        signal: String,
+        /// The pidfile (the pid on its first line).
+        pidfile: std::path::PathBuf,
+    },
+}
+
+/// Run after a matching change is committed and durable (see `ledger.rs`
+/// for when exactly, and `actions.rs` for how).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    /// Its name in the ledger, messages and metrics.
+    pub name: String,
+    /// The root whose changes owe it.
+    pub root: String,
+    /// Which changed paths below the root (see [`pattern`]).
+    pub path: String,
+    /// What it does.
+    pub run: ActionRun,
+    /// How long it may run before it is killed (and retried).
+    pub timeout_ms: u64,
+}
+
+/// The signals an action may send: the ones daemons reload or reopen on.
+pub const SIGNALS: &[&str] = &["HUP", "USR1", "USR2", "TERM", "INT"];
+
+const ACTION_KEYS: &[&str] = &["name", "root", "path", "command", "signal", "pidfile", "timeout_ms"];
+
+/// The `[[action]]` array; `roots` are the granted root names and `base`
+/// the manifest's folder (a relative pidfile is resolved against it).
+pub fn parse_actions(
+    v: Option<&toml::Value>,
+    roots: &[&str],
+    base: &std::path::Path,
+) -> Result<Vec<Action>, Bad> {
+    let Some(v) = v else { return Ok(Vec::new()) };
+    let toml::Value::Array(items) = v else {
+        return Err(("action".into(), "must be an array of `[[action]]` tables".into()));
+    };
+    if items.len() > MAX_HOOKS {
+        return Err(("action".into(), format!("may declare at most {MAX_HOOKS} actions")));
+    }
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let key = format!("action[{i}]");
+        let common = parse_common(item, &key, ACTION_KEYS, roots)?;
+        let t = item.as_table().expect("checked by parse_common");
+        let signal = t.get("signal").map(|v| v.as_str().map(str::to_owned));
+        let pidfile = t.get("pidfile").map(|v| v.as_str().map(str::to_owned));
+        let run = match (common.command, signal, pidfile) {
+            (Some(argv), None, None) => ActionRun::Command(argv),
+            (None, Some(Some(signal)), Some(Some(pidfile))) if !pidfile.is_empty() => {
+                let signal = signal.trim_start_matches("SIG").to_owned();
+                if !SIGNALS.contains(&signal.as_str()) {
+                    return Err((format!("{key}.signal"), format!("must be one of {}", SIGNALS.join(", "))));
+                }
+                ActionRun::Signal { signal, pidfile: base.join(pidfile) }
+            }
+            _ => {
+                return Err((key, "needs either `command` or both `signal` and `pidfile` (strings)".into()));
+            }
+        };
+        let name = common.name.unwrap_or_else(|| match &run {
+            ActionRun::Command(argv) => program_name(argv),
+            ActionRun::Signal { signal, .. } => format!("SIG{signal}"),
+        });
+        if out.iter().any(|a: &Action| a.name == name) {
+            return Err((format!("{key}.name"), format!("`{name}` is used twice; give each action a name")));
+        }
+        out.push(Action { name, root: common.root, path: common.path, run, timeout_ms: common.timeout_ms });
+    }
+    Ok(out)
 }

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use super::command;
 use super::config::{Guard, Validator};
-use crate::durable::{Gate, Refusal, Staged, StagedKind};
+use super::ledger::Ledger;
+use crate::durable::{Gate, Options, Refusal, Staged, StagedKind};
 
 pub(super) struct HookGate<'a> {
     pub(super) root: String,
@@ -17,6 +18,8 @@ pub(super) struct HookGate<'a> {
     pub(super) path: String,
     pub(super) guard: Option<Guard>,
     pub(super) validators: Vec<&'a Validator>,
+    /// The ledger and the actions this change owes.
+    pub(super) owe: Option<(&'a Ledger, Vec<String>)>,
 }
 
 impl Gate for HookGate<'_> {
@@ -26,6 +29,22 @@ impl Gate for HookGate<'_> {
         {
             self.check_guard(guard, staged)?;
         }
+        self.validate(staged)?;
+        // Accepted: the actions this change owes are recorded, durably,
+        // before the gate returns — and so before the core's swap and its
+        // commit fsync (ledger.rs, "Ordering"). A ledger that cannot be
+        // written refuses the change: no change without its owed record.
+        if let Some((ledger, names)) = &self.owe {
+            ledger
+                .owe(names, &Options::default())
+                .map_err(|e| Refusal { by: "action ledger".into(), reason: e.to_string() })?;
+        }
+        Ok(())
+    }
+}
+
+impl HookGate<'_> {
+    fn validate(&self, staged: &Staged<'_>) -> Result<(), Refusal> {
         if self.validators.is_empty() {
             return Ok(());
         }
@@ -52,9 +71,7 @@ impl Gate for HookGate<'_> {
         }
         Ok(())
     }
-}
 
-impl HookGate<'_> {
     fn check_guard(&self, guard: Guard, staged: &Staged<'_>) -> Result<(), Refusal> {
         let root = &self.root;
         if let Some(min) = guard.min_files

@@ -5,22 +5,27 @@
 //! - [`pattern`]: which changed paths a hook applies to;
 //! - [`command`]: running an operator's command with a timeout;
 //! - `gate.rs`: the [`crate::durable::Gate`] a sync or write is given:
-//!   guardrails, then validators, on the staged copy before the swap.
+//!   guardrails, then validators, on the staged copy before the swap, then
+//!   the owed actions recorded durably in the [`ledger`];
+//! - [`actions`]: the agent's per-instance thread running owed actions.
 //!
 //! The durable core only knows "a gate is asked before the swap"; the
 //! services only know the [`crate::services::Hooks`] trait; this module is
 //! the one place that knows what the operator declared.
 
+pub mod actions;
 pub mod command;
 pub mod config;
 mod gate;
+pub mod ledger;
 pub mod pattern;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use config::{Guard, Validator};
+pub use config::{Action, ActionRun, Guard, Validator};
+pub use ledger::Ledger;
 
 use crate::durable::Gate;
 
@@ -31,12 +36,23 @@ pub struct Hooks {
     pub validators: Vec<Validator>,
     /// Guardrails by root name (only roots that set one).
     pub guards: BTreeMap<String, Guard>,
+    /// `[[action]]`, in manifest order.
+    pub actions: Vec<Action>,
 }
 
 impl Hooks {
     /// Whether nothing is declared (a run then gets no hooks at all).
     pub fn is_empty(&self) -> bool {
-        self.validators.is_empty() && self.guards.is_empty()
+        self.validators.is_empty() && self.guards.is_empty() && self.actions.is_empty()
+    }
+
+    /// The names of the actions a change of `path` in `root` owes.
+    pub fn actions_for(&self, root: &str, path: &str) -> Vec<String> {
+        self.actions
+            .iter()
+            .filter(|a| a.root == root && pattern::matches(&a.path, path))
+            .map(|a| a.name.clone())
+            .collect()
     }
 
     /// What would run for a change of `path` in `root`, one line each
@@ -54,6 +70,15 @@ impl Hooks {
         for v in self.validators.iter().filter(|v| v.root == root && pattern::matches(&v.path, path)) {
             out.push(format!("validator {}: {}", v.name, v.command.join(" ")));
         }
+        for a in self.actions.iter().filter(|a| a.root == root && pattern::matches(&a.path, path)) {
+            let what = match &a.run {
+                ActionRun::Command(argv) => argv.join(" "),
+                ActionRun::Signal { signal, pidfile } => {
+                    format!("SIG{signal} to the pid in {}", pidfile.display())
+                }
+            };
+            out.push(format!("action {} (after the change is durable): {what}", a.name));
+        }
         out
     }
 }
@@ -62,7 +87,14 @@ impl Hooks {
 /// `dir` (the native CLI's `--validate`).
 pub fn validator_gate<'a>(v: &'a Validator, dir: &std::path::Path, name: &str) -> impl Gate + 'a {
     let root_dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    gate::HookGate { root: String::new(), root_dir, path: name.to_owned(), guard: None, validators: vec![v] }
+    gate::HookGate {
+        root: String::new(),
+        root_dir,
+        path: name.to_owned(),
+        guard: None,
+        validators: vec![v],
+        owe: None,
+    }
 }
 
 /// One run's hooks: the manifest's, with each root's host directory (what
@@ -71,6 +103,11 @@ pub fn validator_gate<'a>(v: &'a Validator, dir: &std::path::Path, name: &str) -
 pub struct RunHooks {
     hooks: Arc<Hooks>,
     roots: BTreeMap<String, PathBuf>,
+    /// Where owed actions are recorded (the agent's); without one, actions
+    /// are not run (`durasync run` is one-shot and has no runner).
+    ledger: Option<Arc<Ledger>>,
+    /// The actions owed by this run's committed changes.
+    committed: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl RunHooks {
@@ -78,7 +115,25 @@ impl RunHooks {
     /// absolute here, so a validator's working directory does not matter).
     pub fn new(hooks: Arc<Hooks>, roots: BTreeMap<String, PathBuf>) -> RunHooks {
         let roots = roots.into_iter().map(|(n, p)| (n, std::path::absolute(&p).unwrap_or(p))).collect();
-        RunHooks { hooks, roots }
+        RunHooks { hooks, roots, ledger: None, committed: Default::default() }
+    }
+
+    /// The hooks of one run of `manifest`.
+    pub fn of(manifest: &crate::runtime::Manifest) -> RunHooks {
+        let roots = manifest.roots.iter().map(|(n, r)| (n.clone(), r.path.clone())).collect();
+        RunHooks::new(Arc::new(manifest.hooks.clone()), roots)
+    }
+
+    /// The same, recording owed actions in `ledger`.
+    #[must_use]
+    pub fn with_ledger(mut self, ledger: Arc<Ledger>) -> RunHooks {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// The actions owed by this run's committed changes (each once).
+    pub fn take_committed(&self) -> std::collections::BTreeSet<String> {
+        std::mem::take(&mut *self.committed.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -91,18 +146,29 @@ impl crate::services::Hooks for RunHooks {
             .filter(|v| v.root == root && pattern::matches(&v.path, path))
             .collect();
         let guard = self.hooks.guards.get(root).copied();
-        if validators.is_empty() && guard.is_none() {
+        let owe = match &self.ledger {
+            Some(l) => Some((l.as_ref(), self.hooks.actions_for(root, path))).filter(|(_, n)| !n.is_empty()),
+            None => None,
+        };
+        if validators.is_empty() && guard.is_none() && owe.is_none() {
             return None;
         }
         let root_dir = self.roots.get(root)?.clone();
-        Some(Box::new(gate::HookGate {
-            root: root.to_owned(),
-            root_dir,
-            path: path.to_owned(),
-            guard,
-            validators,
-        }))
+        let path = path.to_owned();
+        Some(Box::new(gate::HookGate { root: root.to_owned(), root_dir, path, guard, validators, owe }))
     }
 
-    fn committed(&self, _root: &str, _path: &str) {}
+    fn committed(&self, root: &str, path: &str) {
+        let Some(ledger) = &self.ledger else { return };
+        let names = self.hooks.actions_for(root, path);
+        if names.is_empty() {
+            return;
+        }
+        // Already owed by the gate before the commit; a removal has no gate,
+        // so its actions are recorded here, after it (see the README).
+        if let Err(e) = ledger.owe(&names, &crate::durable::Options::default()) {
+            tracing::error!("{e}");
+        }
+        self.committed.lock().unwrap_or_else(|p| p.into_inner()).extend(names);
+    }
 }

@@ -114,7 +114,8 @@ pub const MAX_KEYS: usize = 32;
 /// The largest public key file read.
 const MAX_KEY_BYTES: u64 = 16 * 1024;
 
-const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "verify", "roots", "limits", "config", "validate"];
+const TOP_KEYS: &[&str] =
+    &["name", "wasm", "sha256", "verify", "roots", "limits", "config", "validate", "action"];
 const VERIFY_KEYS: &[&str] = &["keys", "annotations"];
 const ROOT_KEYS: &[&str] = &["path", "access", "special_modes", "min_files", "max_removed_fraction"];
 const LIMIT_KEYS: &[&str] = &[
@@ -278,7 +279,9 @@ impl Manifest {
         let root_names: Vec<&str> = roots.keys().map(String::as_str).collect();
         let validators =
             config::parse_validators(table.get("validate"), &root_names).map_err(|(k, w)| bad(&k, w))?;
-        let hooks = Hooks { validators, guards: config::guards(guards) };
+        let actions =
+            config::parse_actions(table.get("action"), &root_names, &base).map_err(|(k, w)| bad(&k, w))?;
+        let hooks = Hooks { validators, guards: config::guards(guards), actions };
 
         Ok(Manifest {
             hooks,

@@ -95,8 +95,7 @@ fn run_hooks(manifest: &Manifest) -> Option<Arc<dyn Hooks>> {
     if manifest.hooks.is_empty() {
         return None;
     }
-    let roots = manifest.roots.iter().map(|(n, r)| (n.clone(), r.path.clone())).collect();
-    Some(Arc::new(RunHooks::new(Arc::new(manifest.hooks.clone()), roots)))
+    Some(Arc::new(RunHooks::of(manifest)))
 }
 
 /// The sha256 of some bytes, lowercase hex.
