@@ -91,6 +91,10 @@ impl Ledger {
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| err(e.into()))?;
+        // A crash in an earlier ledger write may have left its temporary
+        // file (never the ledger itself, which is replaced atomically).
+        durable::recover(fd.as_fd(), &Options::default())
+            .map_err(|e| LedgerError::Io { file: dir.display().to_string(), source: e })?;
         Ledger::open_at(fd, &file_name(instance))
     }
 
