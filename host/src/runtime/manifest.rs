@@ -490,6 +490,58 @@ mod tests {
     }
 
     #[test]
+    fn hook_tables_parse_and_bad_ones_name_the_key() {
+        use crate::hooks::ActionRun;
+        let head = format!(
+            "name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n[roots.c]\npath = \"/c\"\naccess = \"rw\"\n"
+        );
+        let m = parse(&format!(
+            "{head}min_files = 2\n[[validate]]\nroot = \"c\"\ncommand = [\"/usr/bin/v\", \"{{staged}}\"]\n\
+             [[action]]\nroot = \"c\"\npath = \"a/*\"\nsignal = \"SIGHUP\"\npidfile = \"p.pid\"\n"
+        ))
+        .unwrap();
+        let v = &m.hooks.validators[0];
+        assert_eq!((v.name.as_str(), v.path.as_str(), v.timeout_ms), ("v", "**", 30_000));
+        let a = &m.hooks.actions[0];
+        assert_eq!(a.name, "SIGHUP");
+        assert_eq!(
+            a.run,
+            ActionRun::Signal { signal: "HUP".into(), pidfile: "/etc/durasync/p/p.pid".into() }
+        );
+        assert_eq!(m.hooks.guards["c"].min_files, Some(2));
+        assert_eq!(m.hooks.actions_for("c", "a/b"), ["SIGHUP"]);
+        assert!(m.hooks.actions_for("c", "b/a").is_empty());
+        let cmd = "command = [\"v\"]\n";
+        let table = [
+            (format!("{head}[[validate]]\nroot = \"d\"\n{cmd}"), "validate[0].root"),
+            (format!("{head}[[validate]]\nroot = \"c\"\n"), "validate[0].command"),
+            (format!("{head}[[validate]]\nroot = \"c\"\n{cmd}timeout_ms = 0\n"), "validate[0].timeout_ms"),
+            (format!("{head}[[validate]]\nroot = \"c\"\n{cmd}path = \"../x\"\n"), "validate[0].path"),
+            (format!("{head}[[validate]]\nroot = \"c\"\n{cmd}cmd = 1\n"), "validate[0].cmd"),
+            (
+                format!("{head}[[validate]]\nroot = \"c\"\n{cmd}[[validate]]\nroot = \"c\"\n{cmd}"),
+                "validate[1].name",
+            ),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\n{cmd}signal = \"HUP\"\npidfile = \"p\"\n"),
+                "action[0]",
+            ),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\nsignal = \"KILL\"\npidfile = \"p\"\n"),
+                "action[0].signal",
+            ),
+            (format!("{head}max_removed_fraction = 2\n"), "roots.c.max_removed_fraction"),
+            (format!("{head}min_files = -1\n"), "roots.c.min_files"),
+            (format!("{head}validate = 1\n"), "roots.c.validate"),
+        ];
+        for (text, key) in table {
+            let err = parse(&text).unwrap_err();
+            let Error::Manifest { key: got, .. } = &err else { panic!("{text}: {err}") };
+            assert_eq!(got, key, "{text}: {err}");
+        }
+    }
+
+    #[test]
     fn root_overrides_keep_access_or_default_to_rw() {
         let mut m = parse(&format!(
             "name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n[roots.c]\npath = \"/c\"\naccess = \"ro\"\n"
