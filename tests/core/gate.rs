@@ -12,12 +12,15 @@ use durasync::durable::{self, Gate, NoProbe, Refusal, Staged, StagedKind};
 
 use crate::common::*;
 
+/// What one call showed: kind, files, old files, removed files, contents.
+type Call = (StagedKind, u64, Option<u64>, u64, BTreeMap<String, Vec<u8>>);
+
 /// A gate that reads what it is shown (every file of the staged tree, by
 /// relative path, or the staged file) and accepts unless told to refuse.
 #[derive(Default)]
 struct Seen {
     refuse: bool,
-    calls: Mutex<Vec<(StagedKind, u64, Option<u64>, u64, BTreeMap<String, Vec<u8>>)>>,
+    calls: Mutex<Vec<Call>>,
 }
 
 impl Gate for Seen {
