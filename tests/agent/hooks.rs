@@ -178,3 +178,45 @@ fn an_openssl_validator_refuses_a_truncated_certificate_through_durasync_run() {
     assert_eq!(snap(&target), before, "the target changed");
     assert!(leftovers(&root).is_empty(), "{:?}", leftovers(&root));
 }
+
+#[test]
+fn a_dry_run_lists_the_guardrails_validators_and_actions_a_change_would_meet_and_runs_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let wasm = certsync_wasm();
+    // `false` would refuse every change, and the action would leave a file:
+    // a dry run runs neither.
+    let manifest = format!(
+        "name = \"dry\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\nmin_files = 1\n\
+         [config]\nsecrets = [{{ name = \"tls\" }}]\n\
+         [[validate]]\nname = \"never\"\nroot = \"certs\"\npath = \"secrets/*\"\ncommand = [\"false\"]\n\
+         [[action]]\nname = \"mark\"\nroot = \"certs\"\ncommand = [\"touch\", \"{}\"]\n",
+        wasm.display(),
+        sha256_of(&wasm),
+        root.display(),
+        t.join("ran").display()
+    );
+    std::fs::write(t.join("plugin.toml"), manifest).unwrap();
+    std::fs::write(t.join("input.json"), secret_list(b"crt", b"key")).unwrap();
+    let out = Command::new(support::durasync())
+        .arg("run")
+        .arg(t.join("plugin.toml"))
+        .args(["--dry-run", "--input"])
+        .arg(t.join("input.json"))
+        .arg("--cache-dir")
+        .arg(super::shared_cache())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for line in [
+        "would check certs:secrets/tls with guard roots.certs.min_files = 1",
+        "would check certs:secrets/tls with validator never: false",
+        "would check certs:secrets/tls with action mark (after the change is durable): touch",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
+    }
+    assert!(!root.join("secrets").exists() && !t.join("ran").exists(), "a dry run changed something");
+}

@@ -212,3 +212,33 @@ fn send_signal(signal: &str, pidfile: &std::path::Path) -> Result<(), Failure> {
     rustix::process::kill_process(pid, sig)
         .map_err(|e| fail(format!("SIG{signal} to pid {} failed: {e}", pid.as_raw_nonzero())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn action(run: ActionRun) -> Action {
+        Action { name: "a".into(), root: "r".into(), path: "**".into(), run, timeout_ms: 10_000 }
+    }
+
+    #[test]
+    fn a_signal_action_reaches_the_process_named_by_its_pidfile() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sleep").arg("1000").spawn().unwrap();
+        let pidfile = tmp.path().join("app.pid");
+        std::fs::write(&pidfile, format!("{}\n", child.id())).unwrap();
+        run_action(&action(ActionRun::Signal { signal: "TERM".into(), pidfile: pidfile.clone() })).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(15));
+        std::fs::write(&pidfile, "not a pid\n").unwrap();
+        let err = run_action(&action(ActionRun::Signal { signal: "HUP".into(), pidfile })).unwrap_err();
+        assert!(err.to_string().contains("holds no pid"), "{err}");
+    }
+
+    #[test]
+    fn back_off_doubles_up_to_its_cap() {
+        let r = (Duration::from_secs(1), Duration::from_secs(5));
+        let got: Vec<u64> = (1..=5).map(|f| backoff(r, f).as_secs()).collect();
+        assert_eq!(got, [1, 2, 4, 5, 5]);
+    }
+}
