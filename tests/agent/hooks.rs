@@ -220,3 +220,43 @@ fn a_dry_run_lists_the_guardrails_validators_and_actions_a_change_would_meet_and
     }
     assert!(!root.join("secrets").exists() && !t.join("ran").exists(), "a dry run changed something");
 }
+
+#[test]
+fn a_root_with_min_files_refuses_a_plugin_s_removal_and_keeps_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let wasm = certsync_wasm();
+    // An optional object missing from the input is removed by certsync:
+    // an empty or truncated input must not wipe it under `min_files`.
+    let manifest = format!(
+        "name = \"rm\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\nmin_files = 1\n\
+         [config]\nsecrets = [{{ name = \"tls\", optional = true }}]\n",
+        wasm.display(),
+        sha256_of(&wasm),
+        root.display()
+    );
+    std::fs::write(t.join("plugin.toml"), manifest).unwrap();
+    let run = |input: &[u8]| {
+        std::fs::write(t.join("input.json"), input).unwrap();
+        Command::new(support::durasync())
+            .arg("run")
+            .arg(t.join("plugin.toml"))
+            .arg("--input")
+            .arg(t.join("input.json"))
+            .arg("--cache-dir")
+            .arg(super::shared_cache())
+            .output()
+            .unwrap()
+    };
+    let out = run(&secret_list(b"crt", b"key"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let target = root.join("secrets/tls");
+    let before = snap(&target);
+    let out = run(br#"{"apiVersion":"v1","kind":"List","items":[]}"#);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("certs:secrets/tls: refused by guard min_files"), "{stderr}");
+    assert_eq!(snap(&target), before, "the directory was removed or changed");
+}

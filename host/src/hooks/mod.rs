@@ -158,6 +158,16 @@ impl crate::services::Hooks for RunHooks {
         Some(Box::new(gate::HookGate { root: root.to_owned(), root_dir, path, guard, validators, owe }))
     }
 
+    fn removal(&self, root: &str, _path: &str) -> Result<(), crate::durable::Refusal> {
+        match self.hooks.guards.get(root).and_then(|g| g.min_files) {
+            Some(min) if min > 0 => Err(crate::durable::Refusal {
+                by: "guard min_files".into(),
+                reason: format!("a removal leaves no files there, fewer than roots.{root}.min_files = {min}"),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn committed(&self, root: &str, path: &str) {
         let Some(ledger) = &self.ledger else { return };
         let names = self.hooks.actions_for(root, path);

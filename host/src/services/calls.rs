@@ -224,6 +224,17 @@ impl Session {
         if self.dry_run {
             return plan::remove(dir, pfd.as_fd(), name, path, &self.core_options().cancel);
         }
+        // A removal has no staged copy to validate; a guardrail may refuse
+        // it outright (only when something is there to remove).
+        let full = join(&dir.rel, path);
+        if let Some(h) = self.hooks.clone()
+            && let Err(r) = h.removal(&dir.root, &full)
+            && rustix::fs::statat(pfd.as_fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+        {
+            let msg = format!("{}:{full}: refused by {}: {}; nothing was changed", dir.root, r.by, r.reason);
+            self.reject(&r.by, &msg);
+            return Err(Error::NotGranted(msg));
+        }
         match durable::remove(pfd.as_fd(), name, &self.core_options()).map_err(core)? {
             Some(report) => {
                 if let Some(h) = &self.hooks {
