@@ -4,6 +4,7 @@
 //! - [`durable`]: the native core (no WebAssembly), usable on its own.
 //! - [`services`]: the rules every plugin call goes through (grants, paths,
 //!   modes, budgets, dry runs, operation records), with no WebAssembly.
+//! - [`hooks`]: the operator's validators, guardrails and actions around a run's changes.
 //! - [`runtime`]: the wasmtime host that runs plugins through the services.
 //! - [`golden`]: a built plugin's golden cases through the runtime.
 //! - [`harness`]: the same services as JSON lines, for the language shims' tests.
@@ -18,6 +19,7 @@ pub mod durable;
 pub mod golden;
 #[cfg(feature = "runtime")]
 pub mod harness;
+pub mod hooks;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod services;

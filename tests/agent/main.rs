@@ -7,11 +7,13 @@
 #[allow(dead_code)]
 mod support;
 
+mod actions;
 mod bench;
 mod config_dir;
 mod contrib;
 mod faults;
 mod hardening;
+mod hooks;
 mod image;
 mod once;
 mod sync;

@@ -15,6 +15,7 @@ mod deep;
 mod faults;
 mod flush;
 mod fsync_count;
+mod gate;
 mod incremental;
 mod leftovers;
 mod modes;

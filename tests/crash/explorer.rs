@@ -39,6 +39,21 @@ pub struct Expect {
     pub keep: Vec<(String, Option<Disk>)>,
     /// From crash point `.0` on, `.1` is a directory with mode `.2`.
     pub dirs_from: Vec<(usize, String, u32)>,
+    /// An owed-action ledger to check (see [`Owed`]).
+    pub owed: Option<Owed>,
+}
+
+/// The ledger's promise: at every crash point before the action's success
+/// was recorded (`done_from`), a recovered state whose target is the new
+/// tree has the ledger file naming the action — the restarted agent runs it.
+#[derive(Debug, Clone)]
+pub struct Owed {
+    /// The ledger file's path relative to the explored root.
+    pub ledger: String,
+    /// The action's name (one line of the ledger).
+    pub action: String,
+    /// The first crash point after the action's clearing began.
+    pub done_from: usize,
 }
 
 /// A recorded call, ready to explore.
@@ -261,6 +276,7 @@ impl Explorer {
                     new: target,
                     keep: sc.expect.keep.clone(),
                     dirs_from: Vec::new(),
+                    owed: None,
                 },
             };
             let nested = self.explore(&sub, &sub.steps, Opts { stop_at_first: false, recovery_crashes: 0 });
@@ -335,6 +351,24 @@ fn check(expect: &Expect, point: usize, success: bool, recovered: &Result<Disk, 
         let got = root.get(path);
         if got != want.as_ref() {
             return Some(format!("{path} must stay {}, found {}", describe(want.as_ref()), describe(got)));
+        }
+    }
+    if let Some(o) = &expect.owed
+        && point < o.done_from
+        && expect.new != expect.old
+        && target == expect.new.as_ref()
+    {
+        let owes = match root.get(&o.ledger) {
+            Some(Disk::File { data, .. }) => String::from_utf8_lossy(data).lines().any(|l| l == o.action),
+            _ => false,
+        };
+        if !owes {
+            return Some(format!(
+                "the new target is in place but the ledger {} does not owe `{}` (found {}): the action would be lost",
+                o.ledger,
+                o.action,
+                describe(root.get(&o.ledger))
+            ));
         }
     }
     for (from, path, mode) in &expect.dirs_from {

@@ -9,6 +9,7 @@
 mod support;
 
 mod explorer;
+mod ledger;
 mod model;
 mod mutations;
 mod scenarios;

@@ -95,6 +95,7 @@ pub fn record(
             new: after.get(target).cloned(),
             keep: vec![(KEEP.to_owned(), before.get(KEEP).cloned())],
             dirs_from: Vec::new(),
+            owed: None,
         },
         initial: before,
         steps,

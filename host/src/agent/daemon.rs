@@ -21,6 +21,8 @@ use super::metrics::{Metrics, Version};
 use super::notify::Notifier;
 use super::watch::{Change, Watcher};
 use super::{Error, Loaded, Options, RunReport, load, log_report, run_instance, spawn_traced};
+use crate::hooks::Ledger;
+use crate::hooks::actions::{Observer, Runner};
 use crate::runtime::Runtime;
 
 /// How long the config directory must be quiet before a reload: an editor
@@ -77,6 +79,9 @@ pub(super) struct Daemon {
     pub(super) ready_sent: bool,
     /// A directory could not be watched: retry at the next opportunity.
     pub(super) watches_incomplete: bool,
+    /// Each instance's ledger and action thread, by plugin name (kept
+    /// across reloads: what is owed stays owed).
+    actions: BTreeMap<String, Arc<super::Actions>>,
 }
 
 /// Run the agent until SIGTERM or SIGINT. Returns after in-flight runs
@@ -137,6 +142,7 @@ pub fn run(opts: &Options) -> Result<(), Error> {
         reload_at: None,
         ready_sent: false,
         watches_incomplete: false,
+        actions: BTreeMap::new(),
     };
     d.start(files);
     d.run(rx)
@@ -384,11 +390,23 @@ impl Daemon {
         let file_owned = file.to_path_buf();
         let name = loaded.spec.manifest.name.clone();
         let log_rate = inst.log_rate.clone();
+        let actions = if loaded.spec.manifest.hooks.actions.is_empty() {
+            None
+        } else {
+            let (opts, metrics) = (&self.opts, &self.metrics);
+            let schedule = loaded.spec.schedule;
+            Some(
+                self.actions
+                    .entry(name.clone())
+                    .or_insert_with(|| Arc::new(start_actions(opts, metrics, &name, schedule)))
+                    .clone(),
+            )
+        };
         let spawned = spawn_traced(format!("run {name}"), move || {
             let span = tracing::info_span!("run", instance = %name);
             let _enter = span.enter();
             tracing::debug!(trigger = trigger.label(), "run started");
-            let report = run_instance(&loaded, Some(log_rate));
+            let report = run_instance(&loaded, Some(log_rate), actions.as_deref());
             log_report(&report);
             // The loop may be gone at shutdown after the grace period.
             let _ = tx.send(Event::Done { file: file_owned, report });
@@ -420,6 +438,9 @@ impl Daemon {
         }
         self.settle(file, &report);
         self.metrics.log_dropped(&label, dropped);
+        if let Some(by) = &report.rejected_by {
+            self.metrics.rejected(&report.instance, by);
+        }
         self.metrics.run_finished(
             &report.instance,
             report.result,
@@ -534,6 +555,34 @@ impl Daemon {
 }
 
 /// A random delay in `[0, max)`, from the kernel's random source.
+/// Open an instance's ledger of owed actions and start its action thread
+/// (retries back off like its runs).
+fn start_actions(
+    opts: &Options,
+    metrics: &Arc<Metrics>,
+    name: &str,
+    schedule: config::Schedule,
+) -> super::Actions {
+    struct Observe {
+        metrics: Arc<Metrics>,
+        instance: String,
+    }
+    impl Observer for Observe {
+        fn finished(&self, action: &str, result: &str) {
+            self.metrics.action_finished(&self.instance, action, result);
+        }
+        fn owed(&self, n: usize) {
+            self.metrics.set_actions_owed(&self.instance, n);
+        }
+    }
+    let ledger = Arc::new(Ledger::open(&opts.state_dir.join("actions"), name).map_err(|e| e.to_string())?);
+    let observer = Arc::new(Observe { metrics: metrics.clone(), instance: name.to_owned() });
+    let retry = (schedule.backoff_min, schedule.backoff_max);
+    let runner = Runner::start(name, ledger.clone(), retry, observer)
+        .map_err(|e| format!("cannot start the action thread: {e}"))?;
+    Ok((ledger, runner))
+}
+
 fn jitter(max: Duration) -> Duration {
     let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
     if nanos == 0 {

@@ -41,6 +41,27 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+/// `instance`, `by`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ByLabels {
+    /// The plugin's name.
+    pub instance: String,
+    /// Who refused a change (`validator NAME`, `guard min_files`): one of
+    /// the manifest's own hooks, so the values are bounded by it.
+    pub by: String,
+}
+
+/// `instance`, `action`, `result`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// The plugin's name.
+    pub instance: String,
+    /// The action's name (one of the manifest's, so bounded by it).
+    pub action: String,
+    /// `ok`, `failed` or `timeout`.
+    pub result: String,
+}
+
 /// `instance`, `trigger`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TriggerLabels {
@@ -98,6 +119,8 @@ pub enum RunResult {
     Trap,
     /// The request was refused before the plugin ran (a missing root).
     Refused,
+    /// A change was refused before its commit by a validator or guardrail.
+    Rejected,
     /// A host I/O failure.
     IoError,
 }
@@ -111,6 +134,7 @@ impl RunResult {
             RunResult::PluginError => "plugin_error",
             RunResult::Trap => "trap",
             RunResult::Refused => "refused",
+            RunResult::Rejected => "rejected",
             RunResult::IoError => "io_error",
         }
     }
@@ -130,6 +154,9 @@ pub struct Metrics {
     info: Family<InfoLabels, Gauge>,
     reload_failures: Family<InstanceLabel, Counter>,
     log_dropped: Family<InstanceLabel, Counter>,
+    rejections: Family<ByLabels, Counter>,
+    actions: Family<ActionLabels, Counter>,
+    actions_owed: Family<InstanceLabel, Gauge>,
     instances: Gauge,
 }
 
@@ -161,6 +188,9 @@ impl Metrics {
             info: Family::default(),
             reload_failures: Family::default(),
             log_dropped: Family::default(),
+            rejections: Family::default(),
+            actions: Family::default(),
+            actions_owed: Family::default(),
             instances: Gauge::default(),
             registry: Registry::default(),
         };
@@ -202,6 +232,17 @@ impl Metrics {
             "log_messages_dropped",
             "Plugin log messages dropped by the instance's log rate limit",
             m.log_dropped.clone(),
+        );
+        registry.register(
+            "rejections",
+            "Changes refused before their commit by a validator or guardrail of the manifest",
+            m.rejections.clone(),
+        );
+        registry.register("actions", "Actions run after durable changes, by result", m.actions.clone());
+        registry.register(
+            "actions_owed",
+            "Actions owed by committed changes and not yet run successfully (the ledger)",
+            m.actions_owed.clone(),
         );
         registry.register("instances", "Instances loaded", m.instances.clone());
         Metrics { registry, ..m }
@@ -258,6 +299,23 @@ impl Metrics {
     /// An instance was stopped: its info series goes.
     pub fn unloaded(&self, instance: &str, version: Version<'_>) {
         self.info.remove(&version.labels(instance));
+    }
+
+    /// A change of a run was refused by `by` (a validator or guardrail).
+    pub fn rejected(&self, instance: &str, by: &str) {
+        self.rejections.get_or_create(&ByLabels { instance: instance.into(), by: by.into() }).inc();
+    }
+
+    /// An action ended with `result`.
+    pub fn action_finished(&self, instance: &str, action: &str, result: &str) {
+        let l = ActionLabels { instance: instance.into(), action: action.into(), result: result.into() };
+        self.actions.get_or_create(&l).inc();
+    }
+
+    /// `n` actions of `instance` are owed.
+    pub fn set_actions_owed(&self, instance: &str, n: usize) {
+        let g = self.actions_owed.get_or_create(&InstanceLabel { instance: instance.into() });
+        g.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A manifest failed to load.

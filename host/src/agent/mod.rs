@@ -40,6 +40,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::durable::Flush;
+use crate::hooks::actions::{Batch, Runner};
+use crate::hooks::{Ledger, RunHooks};
 use crate::runtime::{self, CacheConfig, ErrorKind, Operation, Plugin, RunRequest, Runtime};
 use crate::services::LogRate;
 
@@ -73,7 +75,12 @@ pub struct Options {
     pub registry: runtime::distribution::Settings,
     /// How instances whose manifest has no `flush` make staged trees durable.
     pub flush: Flush,
+    /// Where the ledgers of owed actions live (`actions/<instance>.owed`).
+    pub state_dir: PathBuf,
 }
+
+/// The default of [`Options::state_dir`].
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/durasync";
 
 /// The default of [`Options::max_runs`]: enough to keep a small node's cores
 /// busy while one run waits on its disk, few enough that a burst of
@@ -102,6 +109,7 @@ impl Options {
             log_rate_bytes: crate::services::log_rate::DEFAULT_LOG_RATE_BYTES_PER_SEC,
             registry: runtime::distribution::Settings::default(),
             flush: Flush::Auto,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
         }
     }
 }
@@ -222,6 +230,9 @@ pub struct RunReport {
     pub operations: Vec<Operation>,
     /// From the start of reading the input to the end of the run.
     pub elapsed: Duration,
+    /// Who refused one of its changes (a validator or guardrail), if that
+    /// is why it failed.
+    pub rejected_by: Option<String>,
 }
 
 impl RunReport {
@@ -258,10 +269,16 @@ impl RunReport {
     }
 }
 
+/// An instance's ledger of owed actions and its action thread (for a
+/// manifest that declares `[[action]]`), or why they could not be had.
+pub type Actions = Result<(Arc<Ledger>, Runner), String>;
+
 /// One run of a loaded instance: read its input, open its roots, call the
 /// plugin in a fresh store, its log volume also bounded by `log_rate`.
-/// Logs under the caller's span.
-pub fn run_instance(loaded: &Loaded, log_rate: Option<Arc<LogRate>>) -> RunReport {
+/// With `actions`, the actions its committed changes owe are recorded in
+/// the ledger (before each commit point) and handed to the runner after
+/// the run (never before). Logs under the caller's span.
+pub fn run_instance(loaded: &Loaded, log_rate: Option<Arc<LogRate>>, actions: Option<&Actions>) -> RunReport {
     let start = Instant::now();
     let name = loaded.spec.manifest.name.clone();
     let report = |result, message: String, operations: Vec<Operation>| RunReport {
@@ -270,6 +287,7 @@ pub fn run_instance(loaded: &Loaded, log_rate: Option<Arc<LogRate>>) -> RunRepor
         message,
         operations,
         elapsed: start.elapsed(),
+        rejected_by: None,
     };
     let bytes = match input::read(&loaded.spec.input) {
         Ok(b) => b,
@@ -280,15 +298,38 @@ pub fn run_instance(loaded: &Loaded, log_rate: Option<Arc<LogRate>>) -> RunRepor
         Err(e) => return report(result_of(&e), e.to_string(), Vec::new()),
     };
     request.log_rate = log_rate;
-    match loaded.plugin.run(&request) {
+    let manifest = &loaded.spec.manifest;
+    let owed = match actions.filter(|_| !manifest.hooks.actions.is_empty()) {
+        None => None,
+        Some(Err(e)) => return report(RunResult::IoError, format!("run skipped: {e}"), Vec::new()),
+        Some(Ok((ledger, runner))) => {
+            let hooks = Arc::new(RunHooks::of(manifest).with_ledger(ledger.clone()));
+            request.hooks = Some(hooks.clone());
+            Some((hooks, ledger, runner))
+        }
+    };
+    let result = loaded.plugin.run(&request);
+    // After the run: every change it committed had its commit fsync return.
+    if let Some((hooks, ledger, runner)) = owed {
+        let names = hooks.take_committed();
+        let all_owed = result.is_ok();
+        if !names.is_empty() || (all_owed && !ledger.is_empty()) {
+            runner.send(Batch { actions: Arc::new(manifest.hooks.actions.clone()), names, all_owed });
+        }
+    }
+    match result {
         Ok(outcome) => report(RunResult::Ok, outcome.result, outcome.operations),
-        Err(e) => report(result_of(&e), e.to_string(), e.operations().to_vec()),
+        Err(e) => RunReport {
+            rejected_by: e.rejected_by().map(str::to_owned),
+            ..report(result_of(&e), e.to_string(), e.operations().to_vec())
+        },
     }
 }
 
 fn result_of(e: &runtime::Error) -> RunResult {
     match e.kind() {
         ErrorKind::Policy => RunResult::Refused,
+        ErrorKind::Trap if e.rejected_by().is_some() => RunResult::Rejected,
         ErrorKind::Trap => RunResult::Trap,
         ErrorKind::Plugin => RunResult::PluginError,
         ErrorKind::Io => RunResult::IoError,
@@ -396,7 +437,7 @@ pub fn run_once(opts: &Options) -> Result<Vec<OnceSummary>, Error> {
                         let span = tracing::info_span!("run", instance = %l.spec.manifest.name);
                         let _enter = span.enter();
                         let rate = Arc::new(LogRate::new(opts.log_burst_bytes, opts.log_rate_bytes));
-                        let run = std::panic::AssertUnwindSafe(|| run_instance(l, Some(rate)));
+                        let run = std::panic::AssertUnwindSafe(|| run_instance(l, Some(rate), None));
                         let outcome = std::panic::catch_unwind(run)
                             .map_err(|_| "the run's thread panicked".to_owned())
                             .inspect(log_report);

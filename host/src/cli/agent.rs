@@ -59,6 +59,10 @@ pub struct AgentArgs {
     /// durable: `auto` (syncfs or per-file fsync, chosen per batch), `fsync`, `syncfs`.
     #[arg(long, value_name = "auto|fsync|syncfs", default_value_t = durasync::durable::Flush::Auto)]
     pub flush: durasync::durable::Flush,
+    /// Where the ledgers of owed actions are kept (`actions/<instance>.owed`):
+    /// an action owed when the agent stopped runs after its next start.
+    #[arg(long, value_name = "DIR", default_value = agent::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
 }
 
 /// `--log-format`.
@@ -86,6 +90,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         log_rate_bytes: args.log_rate_bytes,
         registry: args.tls.apply(Default::default())?,
         flush: args.flush,
+        state_dir: args.state_dir.clone(),
         ..Options::new(args.config_dir.clone())
     };
     // The log format and the agent's `info` default are set up by `main`

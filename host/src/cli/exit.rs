@@ -17,6 +17,9 @@ pub const INVALID: u8 = 3;
 pub const COMMITTED: u8 = 4;
 /// The file system cannot do the operation atomically; nothing changed.
 pub const UNSUPPORTED: u8 = 5;
+/// A validator or guardrail refused the change before its commit point
+/// (`sync --validate`, a manifest's `[[validate]]`); nothing changed.
+pub const REFUSED: u8 = 6;
 /// The plugin ran and returned an error.
 pub const PLUGIN_ERROR: u8 = 10;
 /// The plugin trapped (panic, bad memory access) or hit a limit (CPU budget,
@@ -49,6 +52,8 @@ pub fn status_of(err: &anyhow::Error) -> u8 {
 pub fn core_status(e: &durable::Error) -> u8 {
     if e.is_committed() {
         COMMITTED
+    } else if matches!(e, durable::Error::Refused { .. }) {
+        REFUSED
     } else if matches!(e, durable::Error::Unsupported { .. } | durable::Error::FlushUnsupported { .. }) {
         UNSUPPORTED
     } else if e.is_invalid_request() {
@@ -60,6 +65,9 @@ pub fn core_status(e: &durable::Error) -> u8 {
 
 /// The exit status of a runtime error.
 pub fn runtime_status(e: &runtime::Error) -> u8 {
+    if e.rejected_by().is_some() {
+        return REFUSED;
+    }
     match e.kind() {
         runtime::ErrorKind::Policy => POLICY,
         runtime::ErrorKind::Trap => PLUGIN_TRAP,

@@ -10,6 +10,7 @@ use clap::Args;
 use serde_json::json;
 
 use durasync::durable::{self, Options, Report};
+use durasync::hooks::{Validator, validator_gate};
 
 /// `durasync sync TARGET --from SRC_DIR`
 #[derive(Debug, Args)]
@@ -29,6 +30,38 @@ pub struct SyncArgs {
     /// Print the result as a JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub validate: ValidateArgs,
+}
+
+/// `--validate CMD…`: a command run on the staged copy before the swap.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Run this command (no shell; `{staged}` becomes the staged copy,
+    /// complete and durable, `{target}` the final path) before the swap; if
+    /// it fails, nothing changes (exit status 6). Takes the rest of the
+    /// command line, so it comes last.
+    #[arg(long, value_name = "CMD", num_args = 1.., allow_hyphen_values = true)]
+    pub validate: Vec<String>,
+    /// How long the validator may run before it is killed and the change refused.
+    #[arg(long, value_name = "MS", default_value_t = durasync::hooks::command::DEFAULT_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..=durasync::hooks::command::MAX_TIMEOUT_MS))]
+    pub validate_timeout_ms: u64,
+}
+
+impl ValidateArgs {
+    /// The validator for `target` (a path whose last component is `name`, in `parent`).
+    fn validator(&self) -> Option<Validator> {
+        let program = self.validate.first()?;
+        let name = program.rsplit('/').next().unwrap_or(program).to_owned();
+        Some(Validator {
+            name,
+            root: String::new(),
+            path: "**".into(),
+            command: self.validate.clone(),
+            timeout_ms: self.validate_timeout_ms,
+        })
+    }
 }
 
 /// `durasync write FILE --from SRC_FILE|-`
@@ -46,6 +79,8 @@ pub struct WriteArgs {
     /// Print the result as a JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub validate: ValidateArgs,
 }
 
 /// `durasync recover DIR`
@@ -69,12 +104,18 @@ pub fn parse_mode(s: &str) -> Result<u32, String> {
 }
 
 pub fn sync(args: &SyncArgs) -> Result<()> {
-    let opts = Options { flush: args.flush, ..Options::default() };
+    let validator = args.validate.validator();
+    let (parent, name) = split_target(&args.target)?;
+    let gate = validator.as_ref().map(|v| validator_gate(v, &parent, &name));
+    let opts = Options {
+        flush: args.flush,
+        gate: gate.as_ref().map(|g| g as &dyn durable::Gate),
+        ..Options::default()
+    };
     let (src_parent, src_name) = split_target(&args.from)?;
     let src_dir = open_dir(&src_parent)?;
     let tree = durable::read_tree(src_dir.as_fd(), &src_name, &args.from.display().to_string(), &opts.limits)
         .with_context(|| format!("reading source {}", args.from.display()))?;
-    let (parent, name) = split_target(&args.target)?;
     let parent_fd = open_dir(&parent)?;
     let report = durable::sync_dir(parent_fd.as_fd(), &name, &tree, &opts)
         .with_context(|| format!("syncing {}", args.target.display()))?;
@@ -83,7 +124,10 @@ pub fn sync(args: &SyncArgs) -> Result<()> {
 }
 
 pub fn write(args: &WriteArgs) -> Result<()> {
-    let opts = Options::default();
+    let validator = args.validate.validator();
+    let (parent, name) = split_target(&args.file)?;
+    let gate = validator.as_ref().map(|v| validator_gate(v, &parent, &name));
+    let opts = Options { gate: gate.as_ref().map(|g| g as &dyn durable::Gate), ..Options::default() };
     let contents = if args.from == "-" {
         let mut buf = Vec::new();
         std::io::stdin().lock().read_to_end(&mut buf).context("reading standard input")?;
@@ -95,7 +139,6 @@ pub fn write(args: &WriteArgs) -> Result<()> {
         }
         std::fs::read(&args.from).with_context(|| format!("reading source {}", args.from))?
     };
-    let (parent, name) = split_target(&args.file)?;
     let dir = open_dir(&parent)?;
     let report = durable::write_file(dir.as_fd(), &name, &contents, args.mode, &opts)
         .with_context(|| format!("writing {}", args.file.display()))?;

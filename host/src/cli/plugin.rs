@@ -114,17 +114,25 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(flush) = args.flush {
         manifest.flush = Some(flush);
     }
+    if !args.dry_run && !manifest.hooks.actions.is_empty() {
+        tracing::warn!(
+            "the manifest's [[action]]s are run by `durasync agent` only (it keeps their ledger); not run here"
+        );
+    }
     let request = RunRequest::from_manifest(&manifest, input, args.dry_run)?;
     let runtime = runtime_with(&cache, &args.tls)?;
     let plugin = runtime.load_manifest(&manifest)?;
     match plugin.run(&request) {
         Ok(outcome) => {
             if args.json {
+                let would_run: Vec<_> =
+                    if args.dry_run { would_run(&manifest, &outcome.operations) } else { Vec::new() };
                 let v = json!({
                     "plugin": outcome.plugin,
                     "result": outcome.result,
                     "dry_run": args.dry_run,
                     "operations": outcome.operations,
+                    "would_run": would_run,
                 });
                 println!("{}", escape_json_c1(&v.to_string()));
             } else {
@@ -133,6 +141,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 }
                 println!("{}", escape_lines(&outcome.result, RESULT_INDENT));
                 print_operations(&outcome.operations);
+                if args.dry_run {
+                    for w in would_run(&manifest, &outcome.operations) {
+                        let field = |k: &str| escape_all(w[k].as_str().unwrap_or_default());
+                        println!("would check {}:{} with {}", field("root"), field("path"), field("hook"));
+                    }
+                }
             }
             Ok(())
         }
@@ -149,6 +163,18 @@ pub fn run(args: &RunArgs) -> Result<()> {
             Err(e.into())
         }
     }
+}
+
+/// The validators and guardrails of the manifest that a real run would
+/// apply to the planned changes (`--dry-run`): one entry per change and hook.
+fn would_run(manifest: &Manifest, ops: &[Operation]) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for op in ops.iter().filter(|o| matches!(o.op, "sync" | "write-file") && o.outcome != "unchanged") {
+        for hook in manifest.hooks.describe(&op.root, &op.path) {
+            out.push(json!({ "root": op.root, "path": op.path, "hook": hook }));
+        }
+    }
+    out
 }
 
 fn print_operations(ops: &[Operation]) {

@@ -185,6 +185,17 @@ pub enum Error {
         /// The target.
         path: String,
     },
+    /// A [`super::Gate`] refused the staged contents before the swap; what
+    /// was staged was removed. Nothing was changed.
+    #[error("{path}: refused by {by}: {reason}; nothing was changed")]
+    Refused {
+        /// The target.
+        path: String,
+        /// Who refused.
+        by: String,
+        /// Why.
+        reason: String,
+    },
     /// An I/O error before the commit point. The target is unchanged.
     #[error("{step} {path}: {source}")]
     Io {

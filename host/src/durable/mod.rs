@@ -49,6 +49,7 @@ mod cancel;
 pub mod diff;
 pub mod error;
 pub mod flush;
+pub mod gate;
 mod lock;
 mod marker;
 pub mod names;
@@ -70,6 +71,7 @@ pub mod write;
 pub use cancel::Cancel;
 pub use error::{Error, Result, Step};
 pub use flush::Flush;
+pub use gate::{Gate, Refusal, Staged, StagedKind};
 pub use names::MAX_DEPTH;
 pub use primitives::{exchange, fsync};
 pub use probe::{NoProbe, Op, Probe};
@@ -101,6 +103,9 @@ pub struct Options<'a> {
     pub cancel: Cancel<'a>,
     /// How a sync's staging tree is made durable ([`Flush::Auto`] by default).
     pub flush: Flush,
+    /// Asked to accept the staged contents before the swap ([`gate`]); none
+    /// by default.
+    pub gate: Option<&'a dyn Gate>,
 }
 
 impl Default for Options<'static> {
@@ -111,6 +116,7 @@ impl Default for Options<'static> {
             threads: DEFAULT_THREADS,
             cancel: Cancel::NEVER,
             flush: Flush::Auto,
+            gate: None,
         }
     }
 }
@@ -122,6 +128,7 @@ impl std::fmt::Debug for Options<'_> {
             .field("threads", &self.threads)
             .field("cancel", &self.cancel)
             .field("flush", &self.flush)
+            .field("gate", &self.gate.is_some())
             .finish()
     }
 }

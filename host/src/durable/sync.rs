@@ -66,6 +66,7 @@ use rustix::fs::{AtFlags, FileType};
 
 use super::error::{Error, Result, Step, committed, unsupported_or};
 use super::flush::{Chosen, choose as choose_flush};
+use super::gate::{self, StagedKind};
 use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
@@ -131,6 +132,8 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     // every file's inode is the one the full sequence would give it.
     if !marked
         && !deferred
+        // A gate is shown the complete staged tree, which this path has not.
+        && opts.gate.is_none()
         && carry.len() + 1 == tree.file_count()
         && let (Some(t), Some(one)) = (&target, one_changed_file(&plan, tree))
         && let Some(report) = replace_one_file(&sys, parent, name, t.as_fd(), one, tree, opts)?
@@ -149,7 +152,15 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     let stage_fd = sys.mkdir(parent, &staging, &staging, FILL_MODE)?;
     let staged =
         build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, carried.as_ref(), &flush, opts)
-            .and_then(|()| opts.cancel.check(name));
+            .and_then(|()| opts.cancel.check(name))
+            // The gate sees the complete tree, already durable (after the
+            // fsyncs or the syncfs above), before the mark and the swap: a
+            // refusal is discarded like any failure before it.
+            .and_then(|()| {
+                let plan = exists.then_some(&plan);
+                let files = tree.file_count() as u64;
+                gate::ask(opts.gate, parent, name, &staging, StagedKind::Dir, files, plan)
+            });
     if let Err(mut e) = staged {
         if let Error::Cancelled { path } = &mut e {
             name.clone_into(path);

@@ -6,8 +6,9 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::Options;
-use super::diff::file_holds;
+use super::diff::{Plan, file_holds};
 use super::error::{Error, Result, Step, committed, flags_unsupported};
+use super::gate::{self, StagedKind};
 use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
@@ -69,6 +70,11 @@ pub fn write_file(
         // Data and mode durable before the rename can make them the target.
         sys.fsync_file(fd.as_fd(), &tmp)
     })();
+    // The gate sees the staged copy, already durable, before the rename.
+    let staged = staged.and_then(|()| {
+        let plan = exists.then(|| Plan { exists, ..Plan::default() });
+        gate::ask(opts.gate, dir, name, &tmp, StagedKind::File, 1, plan.as_ref())
+    });
     // Last chance to give up; marked until the commit fsync returned.
     let marked = staged.and_then(|()| opts.cancel.check(name)).and_then(|()| mark(&sys, dir, name));
     let new_mark = match marked {

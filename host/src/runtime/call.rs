@@ -61,7 +61,8 @@ impl Plugin {
     pub fn run(&self, req: &RunRequest) -> Result<RunOutcome, Error> {
         let session = Session::new(&req.name, req.grants(), req.limits, req.dry_run)
             .with_log_rate(req.log_rate.clone())
-            .with_flush(req.flush);
+            .with_flush(req.flush)
+            .with_hooks(req.hooks.clone());
         let (result, left) = self.call(session, |store, p| p.call_run(store, &req.config_json, &req.input));
         let returned = match result {
             Ok(r) => r,
@@ -98,6 +99,9 @@ impl Plugin {
         };
         if let Some(message) = session.limit_hit() {
             return Err(trap(TrapReason::Limit { message: message.to_owned() }));
+        }
+        if let Some((by, message)) = session.rejected() {
+            return Err(trap(TrapReason::Rejected { by: by.to_owned(), message: message.to_owned() }));
         }
         let len = match &returned {
             Ok(s) | Err(s) => s.len() as u64,

@@ -45,6 +45,14 @@ pub enum TrapReason {
         /// Which limit and by how much.
         message: String,
     },
+    /// A change was refused before its commit by the operator's validator
+    /// or guardrail (the run fails even if the plugin went on).
+    Rejected {
+        /// Who refused (`validator json`, `guard min_files`).
+        by: String,
+        /// The refusal, naming the root and path.
+        message: String,
+    },
     /// The result or error message is longer than `limits.output_bytes`.
     Output {
         /// Its length.
@@ -78,6 +86,7 @@ impl std::fmt::Display for TrapReason {
                 write!(f, "exceeded its memory limit of {} (limits.memory_bytes)", human_bytes(*limit))
             }
             TrapReason::Limit { message } => write!(f, "{message}"),
+            TrapReason::Rejected { message, .. } => write!(f, "had a change refused: {message}"),
             TrapReason::Output { len, limit } => write!(
                 f,
                 "returned {} of output, over its limit of {} (limits.output_bytes)",
@@ -172,6 +181,15 @@ impl Error {
             Error::Plugin { .. } => ErrorKind::Plugin,
             Error::Trust(e) if e.is_refusal() => ErrorKind::Policy,
             Error::Trust(_) | Error::Io { .. } => ErrorKind::Io,
+        }
+    }
+
+    /// Who refused a change of the run (a validator or guardrail of the
+    /// manifest), when that is why it failed.
+    pub fn rejected_by(&self) -> Option<&str> {
+        match self {
+            Error::Trap { reason: TrapReason::Rejected { by, .. }, .. } => Some(by),
+            _ => None,
         }
     }
 

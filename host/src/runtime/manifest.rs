@@ -25,6 +25,7 @@
 //! call_bytes = 67_108_864           # data handed to the host in one call
 //! read_bytes = 16_777_216           # bytes one read-file may return
 //! [config]                          # any table, handed to the plugin's `run` as JSON
+//! # and the operator's hooks: `[[validate]]`, `roots.NAME.min_files`, … (`crate::hooks::config`)
 //! ```
 //!
 //! An `oci://` component needs trust: a `sha256` pin, a digest in the
@@ -42,6 +43,7 @@ use super::distribution::Reference;
 use super::distribution::reference::SCHEME;
 use super::errors::Error;
 use super::trust::{self, PublicKey};
+use crate::hooks::{Hooks, config};
 pub use crate::services::Access;
 use crate::services::Limits;
 
@@ -81,6 +83,8 @@ pub struct Manifest {
     /// the runner's default (`durasync run --flush`, `durasync agent
     /// --flush`, else `auto`).
     pub flush: Option<crate::durable::Flush>,
+    /// Validators and guardrails (`[[validate]]`, `roots.NAME.min_files`, …).
+    pub hooks: Hooks,
 }
 
 /// Where a component comes from.
@@ -115,9 +119,10 @@ pub const MAX_KEYS: usize = 32;
 /// The largest public key file read.
 const MAX_KEY_BYTES: u64 = 16 * 1024;
 
-const TOP_KEYS: &[&str] = &["name", "wasm", "sha256", "flush", "verify", "roots", "limits", "config"];
+const TOP_KEYS: &[&str] =
+    &["name", "wasm", "sha256", "flush", "verify", "roots", "limits", "config", "validate", "action"];
 const VERIFY_KEYS: &[&str] = &["keys", "annotations"];
-const ROOT_KEYS: &[&str] = &["path", "access", "special_modes"];
+const ROOT_KEYS: &[&str] = &["path", "access", "special_modes", "min_files", "max_removed_fraction"];
 const LIMIT_KEYS: &[&str] = &[
     "fuel",
     "timeout_ms",
@@ -196,6 +201,7 @@ impl Manifest {
         }
 
         let mut roots = BTreeMap::new();
+        let mut guards = Vec::new();
         match table.get("roots") {
             None => {}
             Some(toml::Value::Table(t)) => {
@@ -229,6 +235,10 @@ impl Manifest {
                             ));
                         }
                     };
+                    guards.push((
+                        root_name.clone(),
+                        config::parse_guard(rt, &key).map_err(|(k, w)| bad(&k, w))?,
+                    ));
                     roots.insert(root_name.clone(), Root { path: base.join(p), access, special_modes });
                 }
             }
@@ -277,7 +287,15 @@ impl Manifest {
             Some(other) => return Err(bad("flush", format!("must be a string, not {}", other.type_str()))),
         };
 
+        let root_names: Vec<&str> = roots.keys().map(String::as_str).collect();
+        let validators =
+            config::parse_validators(table.get("validate"), &root_names).map_err(|(k, w)| bad(&k, w))?;
+        let actions =
+            config::parse_actions(table.get("action"), &root_names, &base).map_err(|(k, w)| bad(&k, w))?;
+        let hooks = Hooks { validators, guards: config::guards(guards), actions };
+
         Ok(Manifest {
+            hooks,
             flush,
             source: source.to_path_buf(),
             name,
@@ -496,6 +514,58 @@ mod tests {
         let file =
             format!("name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n[verify]\nkeys = [\"a.pub\"]\n");
         assert!(parse(&file).unwrap_err().to_string().contains("oci://"));
+    }
+
+    #[test]
+    fn hook_tables_parse_and_bad_ones_name_the_key() {
+        use crate::hooks::ActionRun;
+        let head = format!(
+            "name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n[roots.c]\npath = \"/c\"\naccess = \"rw\"\n"
+        );
+        let m = parse(&format!(
+            "{head}min_files = 2\n[[validate]]\nroot = \"c\"\ncommand = [\"/usr/bin/v\", \"{{staged}}\"]\n\
+             [[action]]\nroot = \"c\"\npath = \"a/*\"\nsignal = \"SIGHUP\"\npidfile = \"p.pid\"\n"
+        ))
+        .unwrap();
+        let v = &m.hooks.validators[0];
+        assert_eq!((v.name.as_str(), v.path.as_str(), v.timeout_ms), ("v", "**", 30_000));
+        let a = &m.hooks.actions[0];
+        assert_eq!(a.name, "SIGHUP");
+        assert_eq!(
+            a.run,
+            ActionRun::Signal { signal: "HUP".into(), pidfile: "/etc/durasync/p/p.pid".into() }
+        );
+        assert_eq!(m.hooks.guards["c"].min_files, Some(2));
+        assert_eq!(m.hooks.actions_for("c", "a/b"), ["SIGHUP"]);
+        assert!(m.hooks.actions_for("c", "b/a").is_empty());
+        let cmd = "command = [\"v\"]\n";
+        let table = [
+            (format!("{head}[[validate]]\nroot = \"d\"\n{cmd}"), "validate[0].root"),
+            (format!("{head}[[validate]]\nroot = \"c\"\n"), "validate[0].command"),
+            (format!("{head}[[validate]]\nroot = \"c\"\n{cmd}timeout_ms = 0\n"), "validate[0].timeout_ms"),
+            (format!("{head}[[validate]]\nroot = \"c\"\n{cmd}path = \"../x\"\n"), "validate[0].path"),
+            (format!("{head}[[validate]]\nroot = \"c\"\n{cmd}cmd = 1\n"), "validate[0].cmd"),
+            (
+                format!("{head}[[validate]]\nroot = \"c\"\n{cmd}[[validate]]\nroot = \"c\"\n{cmd}"),
+                "validate[1].name",
+            ),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\n{cmd}signal = \"HUP\"\npidfile = \"p\"\n"),
+                "action[0]",
+            ),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\nsignal = \"KILL\"\npidfile = \"p\"\n"),
+                "action[0].signal",
+            ),
+            (format!("{head}max_removed_fraction = 2\n"), "roots.c.max_removed_fraction"),
+            (format!("{head}min_files = -1\n"), "roots.c.min_files"),
+            (format!("{head}validate = 1\n"), "roots.c.validate"),
+        ];
+        for (text, key) in table {
+            let err = parse(&text).unwrap_err();
+            let Error::Manifest { key: got, .. } = &err else { panic!("{text}: {err}") };
+            assert_eq!(got, key, "{text}: {err}");
+        }
     }
 
     #[test]

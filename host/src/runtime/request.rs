@@ -9,7 +9,8 @@ use sha2::{Digest, Sha256};
 use super::errors::Error;
 use super::manifest::Manifest;
 use crate::durable::Flush;
-use crate::services::{Grant, Limits, LogRate, Operation};
+use crate::hooks::RunHooks;
+use crate::services::{Grant, Hooks, Limits, LogRate, Operation};
 
 /// What a plugin says about itself (`describe`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -55,6 +56,9 @@ pub struct RunRequest {
     /// How the run's syncs make staged trees durable (the manifest's
     /// `flush`, else `auto`).
     pub flush: Flush,
+    /// The operator's validators and guardrails (none when the manifest
+    /// declares none).
+    pub hooks: Option<Arc<dyn Hooks>>,
 }
 
 impl RunRequest {
@@ -81,6 +85,7 @@ impl RunRequest {
             dry_run,
             log_rate: None,
             flush: manifest.flush.unwrap_or_default(),
+            hooks: run_hooks(manifest),
         })
     }
 
@@ -88,6 +93,14 @@ impl RunRequest {
     pub(crate) fn grants(&self) -> BTreeMap<String, Grant> {
         self.roots.clone()
     }
+}
+
+/// The hooks of one run of `manifest`, if it declares any.
+fn run_hooks(manifest: &Manifest) -> Option<Arc<dyn Hooks>> {
+    if manifest.hooks.is_empty() {
+        return None;
+    }
+    Some(Arc::new(RunHooks::of(manifest)))
 }
 
 /// The sha256 of some bytes, lowercase hex.

@@ -134,13 +134,51 @@ impl Session {
         } else {
             let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(core)?;
             refuse_link(pfd.as_fd(), name, path)?;
-            (durable::sync_dir(pfd.as_fd(), name, &tree, &opts).map_err(core)?, None)
+            let report = self.gated(dir, path, opts, |o| durable::sync_dir(pfd.as_fd(), name, &tree, o))?;
+            (report, None)
         };
         let bytes = if report.outcome != Outcome::Unchanged { tree.total_bytes() } else { 0 };
         if report.outcome != Outcome::Unchanged {
             self.charge(tree.file_count() as u64, bytes);
         }
         Ok((Done { bytes, ..Done::of(&report, changes) }, report))
+    }
+
+    /// Run a mutating core call under the operator's gate for `path` (a
+    /// refusal is remembered: the run fails with it), and tell the hooks
+    /// once its commit fsync returned.
+    fn gated(
+        &mut self,
+        dir: &Dir,
+        path: &str,
+        opts: durable::Options<'_>,
+        f: impl FnOnce(&durable::Options<'_>) -> durable::Result<Report>,
+    ) -> Result<Report> {
+        let full = join(&dir.rel, path);
+        let hooks = self.hooks.clone();
+        let gate = hooks.as_deref().and_then(|h| h.gate(&dir.root, &full));
+        let result = f(&durable::Options { gate: gate.as_deref(), ..opts });
+        drop(gate);
+        match result {
+            Ok(report) => {
+                if report.outcome != Outcome::Unchanged
+                    && let Some(h) = &hooks
+                {
+                    h.committed(&dir.root, &full);
+                }
+                Ok(report)
+            }
+            Err(e) => {
+                // Committed and durable, only a cleanup failed: as owed as a success.
+                if let (durable::Error::Committed { durable: true, .. }, Some(h)) = (&e, &hooks) {
+                    h.committed(&dir.root, &full);
+                }
+                if let durable::Error::Refused { by, .. } = &e {
+                    self.reject(by, &format!("{}:{full}: {e}", dir.root));
+                }
+                Err(core(e))
+            }
+        }
     }
 
     /// `write-file`: replace one file.
@@ -161,7 +199,9 @@ impl Session {
             let opts = self.core_options();
             let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(core)?;
             refuse_link(pfd.as_fd(), name, path)?;
-            (durable::write_file(pfd.as_fd(), name, contents, Some(mode), &opts).map_err(core)?, None)
+            let write =
+                |o: &durable::Options<'_>| durable::write_file(pfd.as_fd(), name, contents, Some(mode), o);
+            (self.gated(dir, path, opts, write)?, None)
         };
         let bytes = if report.outcome != Outcome::Unchanged { contents.len() as u64 } else { 0 };
         if report.outcome != Outcome::Unchanged {
@@ -184,8 +224,24 @@ impl Session {
         if self.dry_run {
             return plan::remove(dir, pfd.as_fd(), name, path, &self.core_options().cancel);
         }
+        // A removal has no staged copy to validate; a guardrail may refuse
+        // it outright (only when something is there to remove).
+        let full = join(&dir.rel, path);
+        if let Some(h) = self.hooks.clone()
+            && let Err(r) = h.removal(&dir.root, &full)
+            && rustix::fs::statat(pfd.as_fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+        {
+            let msg = format!("{}:{full}: refused by {}: {}; nothing was changed", dir.root, r.by, r.reason);
+            self.reject(&r.by, &msg);
+            return Err(Error::NotGranted(msg));
+        }
         match durable::remove(pfd.as_fd(), name, &self.core_options()).map_err(core)? {
-            Some(report) => Ok((Done::of(&report, None), true)),
+            Some(report) => {
+                if let Some(h) = &self.hooks {
+                    h.committed(&dir.root, &join(&dir.rel, path));
+                }
+                Ok((Done::of(&report, None), true))
+            }
             None => Ok((Done::just("unchanged"), false)),
         }
     }

@@ -99,6 +99,11 @@ pub fn from_core(e: &durable::Error) -> Error {
         E::Limit { .. } | E::TooLarge { .. } => Error::Limit(msg),
         E::Unsupported { .. } | E::FlushUnsupported { .. } => Error::Unsupported(msg),
         E::Committed { .. } => Error::Committed(msg),
+        // 0.1 has no variant for "the operator refused this content", and a
+        // new case would change the `error` type every 0.1.0 plugin was
+        // built against. `not-granted` is the nearest meaning (the grant does
+        // not extend to this content) and tells a plugin not to retry as is.
+        E::Refused { .. } => Error::NotGranted(msg),
         _ => Error::Io(msg),
     }
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::error::{Error, Result};
 use super::grant::{Dir, Grant};
+use super::hooks::Hooks;
 use super::limits::{Limits, MAX_OPEN_DIRS, human_ms};
 use super::log_rate::LogRate;
 use super::operation::{Done, Operation};
@@ -60,6 +61,11 @@ pub struct Session {
     log_rate: Option<Arc<LogRate>>,
     open_dirs: usize,
     flush: Flush,
+    /// The operator's validators, guardrails and actions, if any.
+    pub(crate) hooks: Option<Arc<dyn Hooks>>,
+    /// The first change a validator or guardrail refused: the run fails
+    /// with it even if the plugin ignores the error it was given.
+    rejected: Option<(String, String)>,
 }
 
 impl Session {
@@ -81,6 +87,8 @@ impl Session {
             log_rate: None,
             open_dirs: 0,
             flush: Flush::Auto,
+            hooks: None,
+            rejected: None,
         }
     }
 
@@ -104,6 +112,23 @@ impl Session {
     pub fn with_flush(mut self, flush: Flush) -> Self {
         self.flush = flush;
         self
+    }
+
+    /// The same, with the operator's hooks around every change.
+    #[must_use]
+    pub fn with_hooks(mut self, hooks: Option<Arc<dyn Hooks>>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// The first refused change: who refused it and the whole message.
+    pub fn rejected(&self) -> Option<(&str, &str)> {
+        self.rejected.as_ref().map(|(by, m)| (by.as_str(), m.as_str()))
+    }
+
+    /// Remember a refusal (the first one is kept).
+    pub(crate) fn reject(&mut self, by: &str, message: &str) {
+        self.rejected.get_or_insert_with(|| (by.to_owned(), message.to_owned()));
     }
 
     /// Grant one more root (a test harness builds its grants one by one).

@@ -1,0 +1,262 @@
+//! Validators and guardrails (README, "Validators and actions"): real
+//! commands (`python3` checking JSON, `openssl x509 -noout` checking a
+//! certificate) run on the staged tree before the swap; a refusal leaves
+//! the target byte for byte unchanged, fails the run, and `/readyz` and
+//! `durasync_agent_rejections_total` name who refused.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::{Agent, Node, base64, certsync_wasm, leftovers, sha256_of, support};
+
+/// No retry on its own within a test: every run is one input change.
+const SCHEDULE: &str = "[schedule]\ninterval = \"1h\"\nbackoff_min = \"1h\"\nbackoff_max = \"1h\"\n";
+
+/// A List with configmap `app` holding `data` (key → text).
+fn configmap_list(data: &[(&str, &str)]) -> Vec<u8> {
+    let data: Vec<String> = data.iter().map(|(k, v)| format!("{k:?}:{v:?}")).collect();
+    format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"app","namespace":"ns"}},"data":{{{}}}}}]}}"#,
+        data.join(",")
+    )
+    .into_bytes()
+}
+
+/// A List with secret `tls` holding tls.crt and tls.key.
+fn secret_list(crt: &[u8], key: &[u8]) -> Vec<u8> {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[{{"apiVersion":"v1","kind":"Secret","metadata":{{"name":"tls","namespace":"ns"}},"data":{{"tls.crt":{:?},"tls.key":{:?}}}}}]}}"#,
+        base64(crt),
+        base64(key)
+    )
+    .into_bytes()
+}
+
+fn manifest(node: &Node, name: &str, root_extra: &str, config: &str, hooks: &str) -> String {
+    let wasm = certsync_wasm();
+    format!(
+        "name = \"{name}\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\n{root_extra}\n\
+         [config]\n{config}\n[input]\nfile = \"{}\"\n{SCHEDULE}{hooks}",
+        wasm.display(),
+        sha256_of(&wasm),
+        node.root(name).display(),
+        node.input(name).display(),
+    )
+}
+
+/// Every entry beneath `dir` (kind, mode, bytes) and the inode of `dir`
+/// itself: a swap, even of identical bytes, would change it.
+fn snap(dir: &Path) -> (u64, std::collections::BTreeMap<String, String>) {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::BTreeMap::new();
+    support::snapshot::snapshot(dir, "", &mut out);
+    (std::fs::metadata(dir).unwrap().ino(), out)
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+const JSON_CHECK: &str = r#"[[validate]]
+name = "json"
+root = "certs"
+path = "configmaps/*"
+command = ["python3", "-c", "import json, sys; json.load(open(sys.argv[1]))", "{staged}/app.json"]
+timeout_ms = 60000
+"#;
+
+#[test]
+fn a_json_validator_and_the_guardrails_refuse_bad_configs_and_the_target_stays_byte_for_byte() {
+    if Command::new("python3").arg("-c").arg("import json").output().is_err() {
+        return support::cannot_check("python3 is not installed");
+    }
+    let node = Node::new();
+    std::fs::create_dir_all(node.root("app")).unwrap();
+    let good = |v: u32| {
+        let json = format!("{{\"version\": {v}}}");
+        configmap_list(&[("app.json", &json), ("b", "b"), ("c", "c"), ("d", "d")])
+    };
+    node.replace(&node.input("app"), &good(1));
+    let guard = "min_files = 1\nmax_removed_fraction = 0.5\n";
+    let text = manifest(&node, "app", guard, "configmaps = [{ name = \"app\" }]", JSON_CHECK);
+    node.replace(&node.manifest("app"), text.as_bytes());
+    let agent = Agent::start(&node, &[]);
+    let target = node.root("app").join("configmaps/app");
+    agent.wait_metric("durasync_agent_runs_total{instance=\"app\",result=\"ok\"}", 1.0);
+    agent.wait_ready(200);
+    assert_eq!(read(&target.join("app.json")), b"{\"version\": 1}");
+    let before = snap(&target);
+
+    // Broken JSON: refused by the validator with python's complaint.
+    node.replace(
+        &node.input("app"),
+        &configmap_list(&[("app.json", "{\"version\": "), ("b", "b"), ("c", "c"), ("d", "d")]),
+    );
+    agent.wait_metric("durasync_agent_rejections_total{instance=\"app\",by=\"validator json\"}", 1.0);
+    agent.wait_metric("durasync_agent_runs_total{instance=\"app\",result=\"rejected\"}", 1.0);
+    let not_ready = agent.wait_not_ready(&["app"]);
+    let problem = not_ready[0]["problem"].as_str().unwrap().to_owned();
+    assert!(problem.contains("refused by validator json"), "{problem}");
+    assert!(problem.contains("configmaps/app") && problem.contains("Expecting value"), "{problem}");
+    assert_eq!(snap(&target), before, "the target changed");
+    assert!(leftovers(&node.root("app")).is_empty(), "{:?}", leftovers(&node.root("app")));
+
+    // Valid JSON but three of four files gone: over max_removed_fraction.
+    node.replace(&node.input("app"), &configmap_list(&[("app.json", "{\"version\": 3}")]));
+    let by = "durasync_agent_rejections_total{instance=\"app\",by=\"guard max_removed_fraction\"}";
+    agent.wait_metric(by, 1.0);
+    let problem = agent.wait_not_ready(&["app"])[0]["problem"].as_str().unwrap().to_owned();
+    assert!(problem.contains("remove 3 of the 4 files"), "{problem}");
+    assert_eq!(snap(&target), before, "the target changed");
+
+    // An empty configmap: under min_files.
+    node.replace(&node.input("app"), &configmap_list(&[]));
+    agent.wait_metric("durasync_agent_rejections_total{instance=\"app\",by=\"guard min_files\"}", 1.0);
+    assert_eq!(snap(&target), before, "the target changed");
+
+    // A good config goes through and the instance is ready again.
+    node.replace(&node.input("app"), &good(4));
+    agent.wait_metric("durasync_agent_runs_total{instance=\"app\",result=\"ok\"}", 2.0);
+    agent.wait_ready(200);
+    assert_eq!(read(&target.join("app.json")), b"{\"version\": 4}");
+    assert!(leftovers(&node.root("app")).is_empty());
+    assert_eq!(agent.metric("durasync_agent_runs_total{instance=\"app\",result=\"rejected\"}"), Some(3.0));
+}
+
+#[test]
+fn an_openssl_validator_refuses_a_truncated_certificate_through_durasync_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"])
+        .args(["-subj", "/CN=durasync-test", "-days", "2", "-keyout"])
+        .arg(t.join("k.pem"))
+        .arg("-out")
+        .arg(t.join("c.pem"))
+        .output();
+    match made {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("openssl req failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => return support::cannot_check(&format!("openssl cannot run: {e}")),
+    }
+    let (crt, key) = (read(&t.join("c.pem")), read(&t.join("k.pem")));
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let wasm = certsync_wasm();
+    let manifest = format!(
+        "name = \"tls\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\n\
+         [config]\nsecrets = [{{ name = \"tls\" }}]\n\
+         [[validate]]\nname = \"x509\"\nroot = \"certs\"\npath = \"secrets/**\"\n\
+         command = [\"openssl\", \"x509\", \"-noout\", \"-in\", \"{{staged}}/tls.crt\"]\n",
+        wasm.display(),
+        sha256_of(&wasm),
+        root.display()
+    );
+    std::fs::write(t.join("plugin.toml"), manifest).unwrap();
+    let run = |input: &[u8]| {
+        std::fs::write(t.join("input.json"), input).unwrap();
+        Command::new(support::durasync())
+            .arg("run")
+            .arg(t.join("plugin.toml"))
+            .arg("--input")
+            .arg(t.join("input.json"))
+            .arg("--cache-dir")
+            .arg(super::shared_cache())
+            .output()
+            .unwrap()
+    };
+    let out = run(&secret_list(&crt, &key));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let target = root.join("secrets/tls");
+    assert_eq!(read(&target.join("tls.crt")), crt);
+    let before = snap(&target);
+
+    let out = run(&secret_list(&crt[..crt.len() / 2], b"another key"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "a truncated certificate is refused (exit 6): {stderr}");
+    assert!(stderr.contains("refused by validator x509: `openssl` exited with status 1"), "{stderr}");
+    assert_eq!(snap(&target), before, "the target changed");
+    assert!(leftovers(&root).is_empty(), "{:?}", leftovers(&root));
+}
+
+#[test]
+fn a_dry_run_lists_the_guardrails_validators_and_actions_a_change_would_meet_and_runs_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let wasm = certsync_wasm();
+    // `false` would refuse every change, and the action would leave a file:
+    // a dry run runs neither.
+    let manifest = format!(
+        "name = \"dry\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\nmin_files = 1\n\
+         [config]\nsecrets = [{{ name = \"tls\" }}]\n\
+         [[validate]]\nname = \"never\"\nroot = \"certs\"\npath = \"secrets/*\"\ncommand = [\"false\"]\n\
+         [[action]]\nname = \"mark\"\nroot = \"certs\"\ncommand = [\"touch\", \"{}\"]\n",
+        wasm.display(),
+        sha256_of(&wasm),
+        root.display(),
+        t.join("ran").display()
+    );
+    std::fs::write(t.join("plugin.toml"), manifest).unwrap();
+    std::fs::write(t.join("input.json"), secret_list(b"crt", b"key")).unwrap();
+    let out = Command::new(support::durasync())
+        .arg("run")
+        .arg(t.join("plugin.toml"))
+        .args(["--dry-run", "--input"])
+        .arg(t.join("input.json"))
+        .arg("--cache-dir")
+        .arg(super::shared_cache())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for line in [
+        "would check certs:secrets/tls with guard roots.certs.min_files = 1",
+        "would check certs:secrets/tls with validator never: false",
+        "would check certs:secrets/tls with action mark (after the change is durable): touch",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
+    }
+    assert!(!root.join("secrets").exists() && !t.join("ran").exists(), "a dry run changed something");
+}
+
+#[test]
+fn a_root_with_min_files_refuses_a_plugin_s_removal_and_keeps_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let root = t.join("root");
+    std::fs::create_dir(&root).unwrap();
+    let wasm = certsync_wasm();
+    // An optional object missing from the input is removed by certsync:
+    // an empty or truncated input must not wipe it under `min_files`.
+    let manifest = format!(
+        "name = \"rm\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\nmin_files = 1\n\
+         [config]\nsecrets = [{{ name = \"tls\", optional = true }}]\n",
+        wasm.display(),
+        sha256_of(&wasm),
+        root.display()
+    );
+    std::fs::write(t.join("plugin.toml"), manifest).unwrap();
+    let run = |input: &[u8]| {
+        std::fs::write(t.join("input.json"), input).unwrap();
+        Command::new(support::durasync())
+            .arg("run")
+            .arg(t.join("plugin.toml"))
+            .arg("--input")
+            .arg(t.join("input.json"))
+            .arg("--cache-dir")
+            .arg(super::shared_cache())
+            .output()
+            .unwrap()
+    };
+    let out = run(&secret_list(b"crt", b"key"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let target = root.join("secrets/tls");
+    let before = snap(&target);
+    let out = run(br#"{"apiVersion":"v1","kind":"List","items":[]}"#);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("certs:secrets/tls: refused by guard min_files"), "{stderr}");
+    assert_eq!(snap(&target), before, "the directory was removed or changed");
+}
