@@ -158,14 +158,28 @@ impl crate::services::Hooks for RunHooks {
         Some(Box::new(gate::HookGate { root: root.to_owned(), root_dir, path, guard, validators, owe }))
     }
 
-    fn removal(&self, root: &str, _path: &str) -> Result<(), crate::durable::Refusal> {
-        match self.hooks.guards.get(root).and_then(|g| g.min_files) {
-            Some(min) if min > 0 => Err(crate::durable::Refusal {
+    fn removal(&self, root: &str, path: &str) -> Result<(), crate::durable::Refusal> {
+        if let Some(min) = self.hooks.guards.get(root).and_then(|g| g.min_files)
+            && min > 0
+        {
+            return Err(crate::durable::Refusal {
                 by: "guard min_files".into(),
                 reason: format!("a removal leaves no files there, fewer than roots.{root}.min_files = {min}"),
-            }),
-            _ => Ok(()),
+            });
         }
+        // Accepted: the actions the removal owes are recorded, durably,
+        // before the caller removes anything — so before the removal's
+        // commit fsync, as a gate records a sync's (ledger.rs, "Ordering").
+        // A ledger that cannot be written refuses the removal.
+        if let Some(ledger) = &self.ledger {
+            let names = self.hooks.actions_for(root, path);
+            if !names.is_empty() {
+                ledger.owe(&names, &crate::durable::Options::default()).map_err(|e| {
+                    crate::durable::Refusal { by: "action ledger".into(), reason: e.to_string() }
+                })?;
+            }
+        }
+        Ok(())
     }
 
     fn committed(&self, root: &str, path: &str) {
@@ -174,11 +188,50 @@ impl crate::services::Hooks for RunHooks {
         if names.is_empty() {
             return;
         }
-        // Already owed by the gate before the commit; a removal has no gate,
-        // so its actions are recorded here, after it (see the README).
+        // Already owed before the commit (by the gate of a sync or write,
+        // by `removal` for a removal), so this writes nothing; it only owes
+        // again what a later change re-owed meanwhile.
         if let Err(e) = ledger.owe(&names, &crate::durable::Options::default()) {
             tracing::error!("{e}");
         }
         self.committed.lock().unwrap_or_else(|p| p.into_inner()).extend(names);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::config::{Action, ActionRun};
+    use super::*;
+    use crate::services::Hooks as _;
+
+    fn hooks_with_action(ledger: Arc<Ledger>) -> RunHooks {
+        let action = Action {
+            name: "reload".into(),
+            root: "conf".into(),
+            path: "**".into(),
+            run: ActionRun::Command(vec!["true".into()]),
+            timeout_ms: 1000,
+        };
+        let hooks = Hooks { actions: vec![action], ..Hooks::default() };
+        RunHooks::new(Arc::new(hooks), BTreeMap::from([("conf".into(), PathBuf::from("/nonexistent"))]))
+            .with_ledger(ledger)
+    }
+
+    #[test]
+    fn a_removal_owes_its_actions_durably_before_anything_is_removed() {
+        let state = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(Ledger::open(state.path(), "inst").unwrap());
+        let hooks = hooks_with_action(ledger.clone());
+        assert!(ledger.is_empty());
+        hooks.removal("conf", "old/app.conf").unwrap();
+        // Owed before the caller's removal, and on disk: a ledger reopened
+        // (the agent after a kill -9) still owes it.
+        assert_eq!(ledger.owed().iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["reload"]);
+        drop(ledger);
+        let reopened = Ledger::open(state.path(), "inst").unwrap();
+        assert_eq!(reopened.owed().len(), 1);
+        // Its commit adds no second record.
+        hooks.committed("conf", "old/app.conf");
+        assert_eq!(hooks.take_committed().into_iter().collect::<Vec<_>>(), ["reload"]);
     }
 }

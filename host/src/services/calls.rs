@@ -225,11 +225,12 @@ impl Session {
             return plan::remove(dir, pfd.as_fd(), name, path, &self.core_options().cancel);
         }
         // A removal has no staged copy to validate; a guardrail may refuse
-        // it outright (only when something is there to remove).
+        // it outright, and the actions it owes are recorded before it (only
+        // when something is there to remove).
         let full = join(&dir.rel, path);
         if let Some(h) = self.hooks.clone()
-            && let Err(r) = h.removal(&dir.root, &full)
             && rustix::fs::statat(pfd.as_fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+            && let Err(r) = h.removal(&dir.root, &full)
         {
             let msg = format!("{}:{full}: refused by {}: {}; nothing was changed", dir.root, r.by, r.reason);
             self.reject(&r.by, &msg);
