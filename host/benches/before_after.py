@@ -4,13 +4,17 @@
 files and (b) a full replace of 1000 x 4 KiB files; old and new binaries
 interleaved, order alternating each round. Prints medians and p10-p90.
 
-    python3 host/benches/before_after.py OLD_BINARY NEW_BINARY SCRATCH_DIR ROUNDS
+    python3 host/benches/before_after.py OLD_BINARY NEW_BINARY SCRATCH_DIR ROUNDS [EXTRA_ARGS]
+
+EXTRA_ARGS (one string, split on spaces) goes after `sync` on both sides,
+e.g. "--flush fsync" so both flush the same way whatever else is dirty.
 
 Build OLD_BINARY from the commit before the change (e.g. a worktree of it,
 `cargo build -p durasync --bin durasync`) and copy it aside first. SCRATCH_DIR
 is removed at the end."""
 import os, shutil, statistics, subprocess, sys, time
 old, new, base, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+extra = sys.argv[5].split() if len(sys.argv) > 5 else []
 def tree(path, seed):
     os.makedirs(path)
     for i in range(1000):
@@ -29,12 +33,12 @@ for r in range(rounds):
     for name, binary in order:
         t = f"{base}/t-{name}"
         # replace: the target holds the other source's tree
-        subprocess.run([binary, "sync", "--from", srcs[(r + 1) % 2], t], check=True, capture_output=True)
+        subprocess.run([binary, "sync", *extra, "--from", srcs[(r + 1) % 2], t], check=True, capture_output=True)
         t0 = time.perf_counter()
-        subprocess.run([binary, "sync", "--from", srcs[r % 2], t], check=True, capture_output=True)
+        subprocess.run([binary, "sync", *extra, "--from", srcs[r % 2], t], check=True, capture_output=True)
         res[(name, "replace")].append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
-        subprocess.run([binary, "sync", "--from", srcs[r % 2], t], check=True, capture_output=True)
+        subprocess.run([binary, "sync", *extra, "--from", srcs[r % 2], t], check=True, capture_output=True)
         res[(name, "unchanged")].append((time.perf_counter() - t0) * 1000)
 for k in ("unchanged", "replace"):
     ratios = [n / o for n, o in zip(res[("new", k)], res[("old", k)])]

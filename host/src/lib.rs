@@ -19,6 +19,7 @@ pub mod durable;
 pub mod golden;
 #[cfg(feature = "runtime")]
 pub mod harness;
+#[cfg(feature = "runtime")]
 pub mod hooks;
 #[cfg(feature = "runtime")]
 pub mod runtime;
