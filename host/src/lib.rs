@@ -22,5 +22,7 @@ pub mod harness;
 #[cfg(feature = "runtime")]
 pub mod hooks;
 #[cfg(feature = "runtime")]
+mod process;
+#[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod services;

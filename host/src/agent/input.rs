@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::config::Input;
+use crate::process::{kill_group, wait_until};
 
 /// The largest input the agent hands a plugin. A `kubectl get -o json` of a
 /// namespace's configmaps and secrets is well under a MiB; anything this
@@ -115,14 +116,6 @@ fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, InputError
         let r = drain_head_tail(stderr, MAX_STDERR_BYTES);
         let _ = tx.send((false, r));
     });
-    let kill_group = |child: &mut std::process::Child| {
-        // The child leads its own group (process_group(0)): its pid is the group id.
-        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    };
     let (mut out, mut err) = (None, None);
     while out.is_none() || err.is_none() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -142,16 +135,10 @@ fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, InputError
         }
     }
     // Both pipes are closed; the process itself may still be exiting.
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-            Ok(None) => {
-                kill_group(&mut child);
-                return Err(InputError::Timeout { program, ms: timeout.as_millis() });
-            }
-            Err(e) => return Err(InputError::Spawn { program, source: e }),
-        }
+    let status = match wait_until(&mut child, deadline) {
+        Ok(Some(status)) => status,
+        Ok(None) => return Err(InputError::Timeout { program, ms: timeout.as_millis() }),
+        Err(e) => return Err(InputError::Spawn { program, source: e }),
     };
     let stdout =
         out.expect("received").map_err(|e| InputError::Spawn { program: program.clone(), source: e })?;

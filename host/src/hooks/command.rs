@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::process::{kill_group, wait_until};
+
 /// How much of a command's output (stdout and stderr together) is kept for
 /// the error: its end, where a validator says what is wrong. The rest is
 /// read and dropped, so a chatty command never blocks on a full pipe.
@@ -76,14 +78,6 @@ pub fn run(argv: &[String], timeout_ms: u64) -> Result<(), Failure> {
     std::thread::spawn(move || {
         let _ = tx.send(drain_tail(reader, MAX_OUTPUT_TAIL));
     });
-    let kill_group = |child: &mut std::process::Child| {
-        // The child leads its own group (process_group(0)): its pid is the group id.
-        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    };
     let left = deadline.saturating_duration_since(Instant::now());
     let tail = match rx.recv_timeout(left) {
         Ok(tail) => tail,
@@ -95,16 +89,10 @@ pub fn run(argv: &[String], timeout_ms: u64) -> Result<(), Failure> {
         }
     };
     // Every holder of the pipe is gone; the leader itself may still be exiting.
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-            Ok(None) => {
-                kill_group(&mut child);
-                return Err(Failure::Timeout { ms: timeout_ms, tail: text(&tail) });
-            }
-            Err(e) => return Err(Failure::Spawn(format!("waiting for {}: {e}", argv[0]))),
-        }
+    let status = match wait_until(&mut child, deadline) {
+        Ok(Some(status)) => status,
+        Ok(None) => return Err(Failure::Timeout { ms: timeout_ms, tail: text(&tail) }),
+        Err(e) => return Err(Failure::Spawn(format!("waiting for {}: {e}", argv[0]))),
     };
     if status.success() {
         return Ok(());
