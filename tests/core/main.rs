@@ -21,4 +21,5 @@ mod leftovers;
 mod modes;
 mod non_utf8;
 mod retry;
+mod unchanged_from;
 mod upstream_matrix;

@@ -2,14 +2,14 @@
 //! unchanged check of every operation and the dry-run plan.
 
 use std::collections::HashMap;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::error::{Error, Result, Step};
 use super::parallel;
 use super::resolve::open_file_beneath;
 use super::sys::{Kind, join, kind_of};
-use super::tree::{Node, Tree};
+use super::tree::{Limits, Node, Tree};
 use super::walk::walk;
 
 /// How an existing directory differs from a requested tree.
@@ -171,6 +171,125 @@ fn changed_contents(
         changed.into_inner().unwrap_or_else(|p| p.into_inner()),
         same.into_inner().unwrap_or_else(|p| p.into_inner()),
     ))
+}
+
+/// Whether the directory `target` holds exactly the tree of the directory
+/// `src` (names, kinds, modes and bytes), read side by side: the unchanged
+/// check of `durasync sync --from`, which never brings the source into
+/// memory (each comparison holds at most two chunks of one file). `true`
+/// only when the source is also a tree a sync would accept: every path
+/// passes [`Tree`]'s rules and `limits`, with nothing but regular files and
+/// directories. `false` means "not shown to be the same", never an error:
+/// the caller then reads the source as a [`Tree`] and syncs it, which names
+/// any problem.
+///
+/// Per file: a `statat` on each side (the walks); then, only once every
+/// kind, mode and size agrees, an `open`, one read of size + 1 bytes (a
+/// short read is the end of a regular file) and a `close` on each side,
+/// from several threads for larger trees like [`compare`].
+pub(crate) fn same_tree(
+    src: BorrowedFd<'_>,
+    src_path: &str,
+    target: BorrowedFd<'_>,
+    target_path: &str,
+    limits: &Limits,
+) -> bool {
+    // The walks stop at the first difference with an error nobody sees.
+    let stop = || Error::Cancelled { path: String::new() };
+    // 1. The source's shape, checked by the rules a sync applies (a tree of
+    // empty files: no byte is read), and what each path must be.
+    let mut shape = Tree::with_limits(*limits);
+    let mut want: HashMap<String, (Kind, u32, u64)> = HashMap::new();
+    let mut bytes = 0u64;
+    let shaped = walk(src, src_path, &mut |seen| {
+        match seen.kind {
+            Kind::Dir => shape.add_dir(&seen.path, seen.mode)?,
+            Kind::File => {
+                bytes += seen.size;
+                if bytes > limits.max_bytes {
+                    return Err(stop());
+                }
+                shape.add_file(&seen.path, Vec::new(), seen.mode)?;
+            }
+            _ => return Err(stop()),
+        }
+        want.insert(seen.path.clone(), (seen.kind, seen.mode, seen.size));
+        Ok(())
+    });
+    if shaped.is_err() {
+        return false;
+    }
+    drop(shape);
+    // 2. The target's metadata, entry by entry: every entry of the source
+    // met, nothing else.
+    let mut files: Vec<(String, u64)> = Vec::new();
+    let mut met = 0usize;
+    let walked = walk(target, target_path, &mut |seen| {
+        match want.get(&seen.path) {
+            Some(&(Kind::File, mode, size))
+                if seen.kind == Kind::File && seen.mode == mode && seen.size == size =>
+            {
+                files.push((seen.path.clone(), size));
+            }
+            Some(&(Kind::Dir, mode, _)) if seen.kind == Kind::Dir && seen.mode == mode => {}
+            _ => return Err(stop()),
+        }
+        met += 1;
+        Ok(())
+    });
+    if walked.is_err() || met != want.len() {
+        return false;
+    }
+    // 3. The bytes, only now that nothing else differs.
+    let threads = if files.len() >= PARALLEL_COMPARE_MIN { COMPARE_THREADS } else { 1 };
+    parallel::try_for_each(&files, threads, |(rel, size)| {
+        let shown = join(target_path, rel);
+        let ours = open_file_beneath(src, rel, &shown)?;
+        let theirs = open_file_beneath(target, rel, &shown)?;
+        if same_bytes(&ours, &theirs, *size) { Ok(()) } else { Err(stop()) }
+    })
+    .is_ok()
+}
+
+/// The largest read [`same_bytes`] makes.
+const SAME_CHUNK: u64 = 1 << 20;
+
+/// Whether the files behind `a` and `b` both hold exactly `size` bytes,
+/// the same ones: chunks of at most [`SAME_CHUNK`] read from each side,
+/// the last asking one byte more than is left, so that on a regular file
+/// (whose reads come back short only at its end) one read per side tells
+/// the size too. A read short anywhere else, an error, or a file that is not
+/// regular (opened `O_NONBLOCK`) is "not the same".
+fn same_bytes(a: &OwnedFd, b: &OwnedFd, size: u64) -> bool {
+    let len = size.min(SAME_CHUNK) as usize + 1;
+    let (mut x, mut y) = (vec![0u8; len], vec![0u8; len]);
+    let mut left = size;
+    loop {
+        let last = left <= SAME_CHUNK;
+        let want = if last { left as usize + 1 } else { SAME_CHUNK as usize };
+        let (Some(n), Some(m)) = (read_once(a, &mut x[..want]), read_once(b, &mut y[..want])) else {
+            return false;
+        };
+        let expect = if last { left as usize } else { want };
+        if n != expect || m != expect || x[..n] != y[..n] {
+            return false;
+        }
+        if last {
+            return true;
+        }
+        left -= SAME_CHUNK;
+    }
+}
+
+/// One `read` into `buf` (again only when interrupted); `None` on an error.
+fn read_once(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
+    loop {
+        match rustix::io::read(fd, &mut *buf) {
+            Ok(n) => return Some(n),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Who a file that compared equal is: its inode, link count and owner, from

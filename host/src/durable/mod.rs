@@ -80,7 +80,7 @@ pub use recover::recover;
 pub use remove::remove;
 pub use report::{Outcome, Report};
 pub use resolve::{create_dirs_beneath, open_beneath, split_last};
-pub use sync::{plan_sync, sync_dir};
+pub use sync::{plan_sync, sync_dir, sync_dir_unchanged_from};
 pub use tree::{Limits, Node, Plan, Tree, read_tree};
 pub use write::write_file;
 

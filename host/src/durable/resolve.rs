@@ -17,7 +17,7 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 use super::Options;
 use super::error::{Error, Result, Step};
 use super::names::{split_rel_path, split_rel_path_or_self};
-use super::sys::{Kind, Sys, join, kind_at, kind_error, open_dir, open_file};
+use super::sys::{Kind, READ_FLAGS, Sys, join, kind_at, kind_error, open_dir, open_file};
 use super::tree::IMPLIED_DIR_MODE;
 
 /// Split a relative path into its parent (`""` for the root itself) and
@@ -65,8 +65,7 @@ pub(crate) fn open_file_beneath(dir: BorrowedFd<'_>, rel: &str, path: &str) -> R
     let Some((parent, name)) = rel.rsplit_once('/') else {
         return open_file(dir, rel, path);
     };
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    match rustix::fs::openat2(dir, rel, flags, Mode::empty(), BENEATH) {
+    match rustix::fs::openat2(dir, rel, READ_FLAGS, Mode::empty(), BENEATH) {
         Ok(fd) => Ok(fd),
         Err(rustix::io::Errno::NOSYS) => {
             let parent = open_beneath(dir, parent)?;

@@ -244,10 +244,17 @@ pub(crate) fn open_dir(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<Ow
     .map_err(|e| kind_error(e, path, Step::Open))
 }
 
-/// Open a regular file beneath `dir` for reading, without following a link.
+/// How a regular file is opened for reading: never through a link, and
+/// never waiting. A fifo (or a device) a neighbour swapped in after the
+/// entry was checked would block a plain `open` until some writer came;
+/// `O_NONBLOCK` makes that open return at once, and the read or `fstat`
+/// that follows refuses it. On a regular file it changes nothing.
+pub(crate) const READ_FLAGS: OFlags =
+    OFlags::RDONLY.union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC).union(OFlags::NONBLOCK);
+
+/// Open a regular file beneath `dir` for reading ([`READ_FLAGS`]).
 pub(crate) fn open_file(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
-    rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| kind_error(e, path, Step::Open))
+    rustix::fs::openat(dir, name, READ_FLAGS, Mode::empty()).map_err(|e| kind_error(e, path, Step::Open))
 }
 
 /// Map the errnos that mean "wrong kind of entry" to typed errors.

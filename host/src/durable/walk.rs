@@ -303,23 +303,24 @@ pub(crate) fn read_file_at(
     if size > max {
         return Err(too_large(size));
     }
-    let mut buf = Vec::with_capacity(size as usize);
-    let mut chunk = vec![0u8; (size as usize).clamp(4096, 1 << 20) + 1];
+    // Read straight into the result, one byte more than `fstat` said: a
+    // read that returns fewer bytes than it asked for reached the end of the
+    // file, so a file of the size `fstat` gave needs one read, not a second
+    // one that returns 0 (the unchanged check reads every source file).
+    // Should the file grow meanwhile, the buffer grows in steps of at most
+    // 1 MiB, never past `max` + 1.
+    let mut buf: Vec<u8> = Vec::with_capacity(size as usize + 1);
     loop {
         cancel.check(path)?;
-        match rustix::io::read(&fd, &mut chunk[..]) {
+        if buf.len() == buf.capacity() {
+            let room = (buf.len() as u64 + 1).min(1 << 20).min(max + 1 - buf.len() as u64);
+            buf.reserve_exact(room as usize);
+        }
+        match rustix::io::read(&fd, rustix::buffer::spare_capacity(&mut buf)) {
             Ok(0) => break,
-            Ok(n) if (buf.len() + n) as u64 > max => return Err(too_large((buf.len() + n) as u64)),
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                // Exactly the size `fstat` gave, from a read that asked for
-                // more: that was the end of the file, and the read that
-                // would say so (0 bytes) is one system call per file saved
-                // (the unchanged check reads every source file).
-                if n < chunk.len() && buf.len() as u64 == size {
-                    break;
-                }
-            }
+            Ok(_) if buf.len() as u64 > max => return Err(too_large(buf.len() as u64)),
+            Ok(_) if buf.len() as u64 == size && buf.len() < buf.capacity() => break,
+            Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(Error::io(Step::Read, path, e)),
         }
