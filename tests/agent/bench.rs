@@ -92,7 +92,7 @@ impl Proc {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { return };
-                sink.lock().unwrap().push((Instant::now(), super::strip_ansi(&line)));
+                sink.lock().unwrap().push((Instant::now(), super::support::strip_ansi(&line)));
             }
         });
         Proc { child, lines }

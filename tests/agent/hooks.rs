@@ -153,18 +153,7 @@ fn an_openssl_validator_refuses_a_truncated_certificate_through_durasync_run() {
         root.display()
     );
     std::fs::write(t.join("plugin.toml"), manifest).unwrap();
-    let run = |input: &[u8]| {
-        std::fs::write(t.join("input.json"), input).unwrap();
-        Command::new(support::durasync())
-            .arg("run")
-            .arg(t.join("plugin.toml"))
-            .arg("--input")
-            .arg(t.join("input.json"))
-            .arg("--cache-dir")
-            .arg(super::shared_cache())
-            .output()
-            .unwrap()
-    };
+    let run = |input: &[u8]| run_manifest(t, input);
     let out = run(&secret_list(&crt, &key));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let target = root.join("secrets/tls");
@@ -238,18 +227,7 @@ fn a_root_with_min_files_refuses_a_plugin_s_removal_and_keeps_the_directory() {
         root.display()
     );
     std::fs::write(t.join("plugin.toml"), manifest).unwrap();
-    let run = |input: &[u8]| {
-        std::fs::write(t.join("input.json"), input).unwrap();
-        Command::new(support::durasync())
-            .arg("run")
-            .arg(t.join("plugin.toml"))
-            .arg("--input")
-            .arg(t.join("input.json"))
-            .arg("--cache-dir")
-            .arg(super::shared_cache())
-            .output()
-            .unwrap()
-    };
+    let run = |input: &[u8]| run_manifest(t, input);
     let out = run(&secret_list(b"crt", b"key"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let target = root.join("secrets/tls");
@@ -259,4 +237,19 @@ fn a_root_with_min_files_refuses_a_plugin_s_removal_and_keeps_the_directory() {
     assert_eq!(out.status.code(), Some(6), "{stderr}");
     assert!(stderr.contains("certs:secrets/tls: refused by guard min_files"), "{stderr}");
     assert_eq!(snap(&target), before, "the directory was removed or changed");
+}
+
+/// `durasync run DIR/plugin.toml --input DIR/input.json` (the file written
+/// with `input` first), with the tests' shared compile cache.
+fn run_manifest(dir: &Path, input: &[u8]) -> std::process::Output {
+    std::fs::write(dir.join("input.json"), input).unwrap();
+    Command::new(support::durasync())
+        .arg("run")
+        .arg(dir.join("plugin.toml"))
+        .arg("--input")
+        .arg(dir.join("input.json"))
+        .arg("--cache-dir")
+        .arg(super::shared_cache())
+        .output()
+        .unwrap()
 }

@@ -25,7 +25,8 @@ use std::process::{Command, Output};
 
 use super::support::oci_artifacts::{openssl_key, openssl_sign, payload, skopeo_push_signature};
 use super::support::registry::{Registry, have, on_path};
-use super::{certsync_wasm, strip_ansi, support};
+use super::{certsync_wasm, support};
+use support::strip_ansi;
 
 /// The non-root user the image runs as by default (build.sh's USER).
 const IMAGE_UID: u32 = 65532;

@@ -27,6 +27,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::strip_ansi;
+
 /// Exit statuses (README, host/src/cli/exit.rs, host/src/cli/agent.rs).
 const IO: i32 = 1;
 const POLICY: i32 = 12;
@@ -495,23 +497,6 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
 /// The value of `series` in an OpenMetrics text.
 fn metric_in(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// `durasync agent --once` on `node`: (status, stdout, stderr).

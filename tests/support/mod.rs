@@ -92,3 +92,22 @@ pub fn skipped_list() -> PathBuf {
         .map_or_else(|| workspace_root().join("target"), Path::to_path_buf)
         .join("durasync-skipped.txt")
 }
+
+/// `text` without its ANSI escape sequences (the colours `tracing` writes
+/// to a terminal, or where asked to), so logs can be searched as words.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -185,7 +185,7 @@ impl Lab {
                         // A forced syncfs must really be the primitive: the
                         // full syncs (A→B, the plugin's envdir) say so.
                         let full_sync = step == 0 || step == 3;
-                        let log = without_ansi(&String::from_utf8_lossy(&out.stderr));
+                        let log = crate::support::strip_ansi(&String::from_utf8_lossy(&out.stderr));
                         if self.flush == "syncfs" && full_sync && !log.contains("syncfs=true") {
                             let skip = log.chars().count().saturating_sub(400);
                             let tail: String = log.chars().skip(skip).collect();
@@ -431,25 +431,6 @@ impl Lab {
     fn round_image(&self) -> PathBuf {
         self.dir.join("round.img")
     }
-}
-
-/// `text` without terminal colour sequences (`ESC [ … m`), which the log
-/// puts between a field's name and its value.
-fn without_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// What the recovered file system held.
