@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::error::{Error, Result, Step};
 use super::parallel;
 use super::resolve::open_file_beneath;
-use super::sys::{Kind, join, kind_of};
+use super::sys::{Kind, join, kind_of, open_file};
 use super::tree::{Limits, Node, Tree};
 use super::walk::walk;
 
@@ -221,15 +221,28 @@ pub(crate) fn same_tree(
     }
     drop(shape);
     // 2. The target's metadata, entry by entry: every entry of the source
-    // met, nothing else.
+    // met, nothing else. The bytes of the first few files are compared
+    // right away: a tree whose files all changed (a rotation) is then told
+    // apart after one file, not after a walk of the whole target.
     let mut files: Vec<(String, u64)> = Vec::new();
+    let mut inline = 0usize;
     let mut met = 0usize;
     let walked = walk(target, target_path, &mut |seen| {
         match want.get(&seen.path) {
             Some(&(Kind::File, mode, size))
                 if seen.kind == Kind::File && seen.mode == mode && seen.size == size =>
             {
-                files.push((seen.path.clone(), size));
+                if inline < SAME_INLINE {
+                    inline += 1;
+                    let shown = join(target_path, &seen.path);
+                    let ours = open_file_beneath(src, &seen.path, &shown)?;
+                    let theirs = open_file(seen.parent, seen.name, &shown)?;
+                    if !same_bytes(&ours, &theirs, size) {
+                        return Err(stop());
+                    }
+                } else {
+                    files.push((seen.path.clone(), size));
+                }
             }
             Some(&(Kind::Dir, mode, _)) if seen.kind == Kind::Dir && seen.mode == mode => {}
             _ => return Err(stop()),
@@ -250,6 +263,10 @@ pub(crate) fn same_tree(
     })
     .is_ok()
 }
+
+/// How many files [`same_tree`] compares while it walks the target, before
+/// it leaves the rest to the threads.
+const SAME_INLINE: usize = 8;
 
 /// The largest read [`same_bytes`] makes.
 const SAME_CHUNK: u64 = 1 << 20;
