@@ -155,3 +155,59 @@ impl Done {
         Done { outcome, written: 0, removed: 0, bytes: 0, plan: None }
     }
 }
+
+#[cfg(all(test, feature = "runtime"))]
+mod tests {
+    use super::*;
+
+    fn op(op: Op, outcome: Ended) -> Operation {
+        Operation {
+            root: "r".into(),
+            path: "p".into(),
+            op,
+            outcome,
+            written: 1,
+            removed: 0,
+            bytes: 2,
+            ms: 0.5,
+            error: None,
+            plan: None,
+        }
+    }
+
+    #[test]
+    fn a_record_serializes_its_typed_op_and_outcome_as_the_wit_words() {
+        let json = serde_json::to_string(&op(Op::WriteFile, Ended::Fsynced)).unwrap();
+        assert_eq!(
+            json,
+            r#"{"root":"r","path":"p","op":"write-file","outcome":"fsynced","written":1,"removed":0,"bytes":2,"ms":0.5}"#
+        );
+        let words: Vec<String> = [
+            Ended::Unchanged,
+            Ended::Created,
+            Ended::Replaced,
+            Ended::Removed,
+            Ended::Exchanged,
+            Ended::Fsynced,
+            Ended::Failed,
+        ]
+        .into_iter()
+        .map(|e| {
+            let v = serde_json::to_value(op(Op::Sync, e)).unwrap();
+            assert_eq!(v["outcome"], e.as_str(), "serde and as_str agree");
+            e.to_string()
+        })
+        .collect();
+        assert_eq!(words, ["unchanged", "created", "replaced", "removed", "exchanged", "fsynced", "failed"]);
+    }
+
+    #[test]
+    fn the_plugins_report_is_derived_from_the_record() {
+        assert_eq!(op(Op::Sync, Ended::Failed).report(), None);
+        let created = op(Op::Sync, Ended::Created).report().unwrap();
+        assert_eq!((created.outcome, created.written), (Outcome::Created, 1));
+        for raw in [Ended::Exchanged, Ended::Fsynced, Ended::Unchanged] {
+            assert_eq!(op(Op::Exchange, raw).report().unwrap().outcome, Outcome::Unchanged);
+        }
+    }
+}
