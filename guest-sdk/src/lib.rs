@@ -73,7 +73,7 @@ mod backend;
 pub mod testing;
 
 pub use log::log;
-pub use types::{DEFAULT_MODE, Entry, EntryKind, Error, File, Info, Level, Outcome, Report, Result};
+pub use types::{DEFAULT_MODE, Entry, EntryKind, Error, File, Info, Level, Op, Outcome, Report, Result};
 
 /// The error a plugin's [`Plugin::run`] returns: anything that displays,
 /// via `?` (an SDK [`Error`], a `serde_json::Error`, …) or `.into()` on a

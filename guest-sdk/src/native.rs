@@ -3,7 +3,9 @@
 //! [`testing::Host`](crate::testing::Host) that is running the plugin on
 //! this thread. Access checks, path and mode rules, the depth limit, the
 //! per-run budgets, dry runs, outcomes and errors are the host's, because
-//! the code is the host's: this file only converts types.
+//! the code is the host's, and so are the values: the services take and
+//! return the contract crate's types, which are this SDK's, so nothing is
+//! converted.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -12,35 +14,7 @@ use std::rc::Rc;
 
 use durasync::services::{self, Session};
 
-use crate::{Entry, EntryKind, Error, File, Level, Outcome, Report, Result};
-
-/// Which durable operation a plugin asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// [`Dir::sync`](crate::Dir::sync).
-    Sync,
-    /// [`Dir::write_file`](crate::Dir::write_file).
-    WriteFile,
-    /// [`Dir::remove`](crate::Dir::remove).
-    Remove,
-    /// [`Dir::exchange`](crate::Dir::exchange).
-    Exchange,
-    /// [`Dir::fsync`](crate::Dir::fsync).
-    Fsync,
-}
-
-impl Op {
-    /// The WIT name (`sync`, `write-file`, `remove`), as the host prints it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Sync => "sync",
-            Op::WriteFile => "write-file",
-            Op::Remove => "remove",
-            Op::Exchange => "exchange",
-            Op::Fsync => "fsync",
-        }
-    }
-}
+use crate::{Entry, Error, File, Level, Op, Report, Result};
 
 /// One durable operation a plugin asked for, and how it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,68 +105,59 @@ pub fn open_root(name: &str) -> Result<Dir> {
              durasync_guest::testing::Host)"
         )));
     };
-    let dir = state.session.borrow_mut().open_root(name).map_err(error)?;
+    let dir = state.session.borrow_mut().open_root(name)?;
     Ok(Dir { dir, state })
 }
 
 impl Dir {
     /// Run a recorded call and keep its record, with the typed result.
-    fn mutate<T>(
-        &self,
-        op: Op,
-        f: impl FnOnce(&mut Session, &services::Dir) -> services::Result<T>,
-    ) -> Result<T> {
+    fn mutate<T>(&self, f: impl FnOnce(&mut Session, &services::Dir) -> services::Result<T>) -> Result<T> {
         let mut session = self.state.session.borrow_mut();
-        let result = f(&mut session, &self.dir).map_err(error);
+        let result = f(&mut session, &self.dir);
         let rec = session.operations().last().expect("every mutating call is recorded");
         let recorded = match &result {
-            Ok(_) => Ok(rec.report().map(report).expect("a successful call records its outcome")),
+            Ok(_) => Ok(rec.report().expect("a successful call records its outcome")),
             Err(e) => Err(e.clone()),
         };
         self.state.operations.borrow_mut().push(Operation {
             root: rec.root.clone(),
             path: rec.path.clone(),
-            op,
+            op: rec.op,
             result: recorded,
         });
         result
     }
 
     pub fn sync(&self, path: &str, files: Vec<File>) -> Result<Report> {
-        let files = files
-            .into_iter()
-            .map(|f| services::File { name: f.name, contents: f.contents, mode: f.mode })
-            .collect();
-        self.mutate(Op::Sync, |s, d| s.sync(d, path, files)).map(report)
+        self.mutate(|s, d| s.sync(d, path, files))
     }
 
     pub fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<Report> {
-        self.mutate(Op::WriteFile, |s, d| s.write_file(d, path, contents, mode)).map(report)
+        self.mutate(|s, d| s.write_file(d, path, contents, mode))
     }
 
     pub fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>> {
-        self.state.session.borrow_mut().read_file(&self.dir, path).map_err(error)
+        self.state.session.borrow_mut().read_file(&self.dir, path)
     }
 
     pub fn list_dir(&self, path: &str) -> Result<Vec<Entry>> {
-        let entries = self.state.session.borrow_mut().list_dir(&self.dir, path).map_err(error)?;
-        Ok(entries.into_iter().map(|e| Entry { name: e.name, kind: kind(e.kind) }).collect())
+        self.state.session.borrow_mut().list_dir(&self.dir, path)
     }
 
     pub fn remove(&self, path: &str) -> Result<bool> {
-        self.mutate(Op::Remove, |s, d| s.remove(d, path))
+        self.mutate(|s, d| s.remove(d, path))
     }
 
     pub fn exchange(&self, a: &str, b: &str) -> Result<()> {
-        self.mutate(Op::Exchange, |s, d| s.exchange(d, a, b))
+        self.mutate(|s, d| s.exchange(d, a, b))
     }
 
     pub fn fsync(&self, path: &str) -> Result<()> {
-        self.mutate(Op::Fsync, |s, d| s.fsync(d, path))
+        self.mutate(|s, d| s.fsync(d, path))
     }
 
     pub fn open_dir(&self, path: &str) -> Result<Dir> {
-        let dir = self.state.session.borrow_mut().open_dir(&self.dir, path).map_err(error)?;
+        let dir = self.state.session.borrow_mut().open_dir(&self.dir, path)?;
         Ok(Dir { dir, state: self.state.clone() })
     }
 }
@@ -203,41 +168,4 @@ pub fn log(level: Level, message: &str) {
     }
     // Shown by the test harness when a test fails.
     eprintln!("[{level:?}] {message}");
-}
-
-fn report(r: durasync::durable::Report) -> Report {
-    use durasync::durable::Outcome as O;
-    let outcome = match r.outcome {
-        O::Unchanged => Outcome::Unchanged,
-        O::Created => Outcome::Created,
-        O::Replaced => Outcome::Replaced,
-        O::Removed => Outcome::Removed,
-    };
-    Report { outcome, written: r.written, removed: r.removed }
-}
-
-fn kind(k: durasync::durable::EntryKind) -> EntryKind {
-    use durasync::durable::EntryKind as K;
-    match k {
-        K::File => EntryKind::File,
-        K::Directory => EntryKind::Directory,
-        K::Symlink => EntryKind::Symlink,
-        K::Other => EntryKind::Other,
-    }
-}
-
-/// The services' error as the SDK's: the variants are the same.
-fn error(e: services::Error) -> Error {
-    use services::Error as E;
-    match e {
-        E::InvalidPath(m) => Error::InvalidPath(m),
-        E::NotGranted(m) => Error::NotGranted(m),
-        E::ReadOnly(m) => Error::ReadOnly(m),
-        E::NotFound(m) => Error::NotFound(m),
-        E::NotADirectory(m) => Error::NotADirectory(m),
-        E::Limit(m) => Error::Limit(m),
-        E::Unsupported(m) => Error::Unsupported(m),
-        E::Committed(m) => Error::Committed(m),
-        E::Io(m) => Error::Io(m),
-    }
 }

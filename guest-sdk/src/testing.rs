@@ -39,12 +39,13 @@ use crate::Level;
 use crate::Plugin;
 use crate::backend::{Enter, State};
 
-pub use crate::backend::{Op, Operation};
-/// The per-run limits (`[limits]` of a manifest); the harness enforces the
-/// bytes and files written per run.
-pub use durasync::services::Limits;
+pub use crate::Op;
+pub use crate::backend::Operation;
 /// What `durasync run --json` lists for each operation (`outcome`, `plan`, …).
 pub use durasync::services::Operation as Record;
+/// The per-run limits (`[limits]` of a manifest); the harness enforces the
+/// bytes and files written per run.
+pub use durasync::services::PluginLimits;
 
 /// One granted root of the fake host.
 #[derive(Debug, Clone)]
@@ -60,7 +61,7 @@ pub struct Host {
     state: Rc<State>,
     roots: BTreeMap<String, RootSpec>,
     name: String,
-    limits: Limits,
+    limits: PluginLimits,
     dry_run: bool,
 }
 
@@ -79,7 +80,7 @@ impl Host {
             state: Rc::default(),
             roots: BTreeMap::new(),
             name: "under test".into(),
-            limits: Limits::default(),
+            limits: PluginLimits::default(),
             dry_run: false,
         };
         host.reset();
@@ -97,7 +98,7 @@ impl Host {
 
     /// The same host with these per-run limits.
     #[must_use]
-    pub fn limits(mut self, limits: Limits) -> Self {
+    pub fn limits(mut self, limits: PluginLimits) -> Self {
         self.limits = limits;
         self.reset();
         self

@@ -1,4 +1,9 @@
 //! The wasm32 backend: every call goes to the host through the bindings.
+//!
+//! The one conversion a code generator forces: the bindings' types ↔ the
+//! contract crate's plain types, one function per type at the bottom of
+//! this file. A new WIT function adds one method here that calls the
+//! binding and converts with them.
 
 use crate::bindings::durasync::plugin::{fs, log as wit_log, types as wit};
 use crate::{Entry, EntryKind, Error, File, Info, Level, Outcome, Plugin, Report, Result};
@@ -13,10 +18,7 @@ pub fn open_root(name: &str) -> Result<Dir> {
 
 impl Dir {
     pub fn sync(&self, path: &str, files: Vec<File>) -> Result<Report> {
-        let files: Vec<wit::File> = files
-            .into_iter()
-            .map(|f| wit::File { name: f.name, contents: f.contents, mode: f.mode })
-            .collect();
+        let files: Vec<wit::File> = files.into_iter().map(file).collect();
         self.0.sync(path, &files).map(report).map_err(error)
     }
 
@@ -30,18 +32,7 @@ impl Dir {
 
     pub fn list_dir(&self, path: &str) -> Result<Vec<Entry>> {
         let entries = self.0.list_dir(path).map_err(error)?;
-        Ok(entries
-            .into_iter()
-            .map(|e| Entry {
-                name: e.name,
-                kind: match e.kind {
-                    wit::EntryKind::File => EntryKind::File,
-                    wit::EntryKind::Directory => EntryKind::Directory,
-                    wit::EntryKind::Symlink => EntryKind::Symlink,
-                    wit::EntryKind::Other => EntryKind::Other,
-                },
-            })
-            .collect())
+        Ok(entries.into_iter().map(entry).collect())
     }
 
     pub fn remove(&self, path: &str) -> Result<bool> {
@@ -75,6 +66,20 @@ pub fn log(level: Level, message: &str) {
 pub fn describe<P: Plugin>() -> crate::bindings::Info {
     let Info { name, version, summary, roots } = P::describe();
     crate::bindings::Info { name, version, summary, roots }
+}
+
+fn file(f: File) -> wit::File {
+    wit::File { name: f.name, contents: f.contents, mode: f.mode }
+}
+
+fn entry(e: wit::Entry) -> Entry {
+    let kind = match e.kind {
+        wit::EntryKind::File => EntryKind::File,
+        wit::EntryKind::Directory => EntryKind::Directory,
+        wit::EntryKind::Symlink => EntryKind::Symlink,
+        wit::EntryKind::Other => EntryKind::Other,
+    };
+    Entry { name: e.name, kind }
 }
 
 fn report(r: wit::Report) -> Report {

@@ -16,7 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use durasync::runtime::{CacheConfig, Manifest, Operation, RunRequest, Runtime};
-use durasync_guest::testing::{Host, Limits};
+use durasync_guest::testing::{Host, PluginLimits};
 use parity_plugin::Script;
 
 /// The workspace root, as `tests/support` expects it from its parent module.
@@ -78,8 +78,8 @@ struct Setup {
 }
 
 impl Setup {
-    fn limits(self) -> Limits {
-        let mut limits = Limits::default();
+    fn limits(self) -> PluginLimits {
+        let mut limits = PluginLimits::default();
         if let Some(n) = self.write_files {
             limits.write_files = n;
         }

@@ -45,6 +45,7 @@ use serde_json::{Value, json};
 
 use crate::services::text::escape_all;
 use crate::services::{self, Dir, File, LogVerdict, Session};
+use durasync_contract::Level;
 
 /// Slack over the base64 of `limits.call_bytes` for a request line's JSON
 /// (keys, names, paths, numbers).
@@ -185,7 +186,11 @@ impl Harness {
             "list-dir" => {
                 let path = r.str("path")?;
                 let dir = lookup(&self.handles, &r)?;
-                self.session.list_dir(dir, &path).map(|e| json!(e))
+                self.session.list_dir(dir, &path).map(|entries| {
+                    let entries: Vec<Value> =
+                        entries.iter().map(|e| json!({"name": e.name, "kind": e.kind.as_str()})).collect();
+                    Value::Array(entries)
+                })
             }
             "remove" => {
                 let path = r.str("path")?;
@@ -204,7 +209,7 @@ impl Harness {
             }
             "log" => {
                 let level = r.str("level")?;
-                if !["debug", "info", "warn", "error"].contains(&level.as_str()) {
+                if Level::from_word(&level).is_none() {
                     return Err(format!("log: level {level:?} is not debug, info, warn or error"));
                 }
                 let message = r.str("message")?;
@@ -257,7 +262,7 @@ fn unknown_handle(id: u64) -> String {
     format!("unknown dir handle {id} (never opened, or dropped)")
 }
 
-fn report(r: crate::durable::Report) -> Value {
+fn report(r: services::Report) -> Value {
     json!({"outcome": r.outcome.as_str(), "written": r.written, "removed": r.removed})
 }
 
@@ -318,9 +323,9 @@ impl Request<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::services::{Access, Grant, Limits};
+    use crate::services::{Access, Grant, PluginLimits};
 
-    fn harness(dir: &std::path::Path, limits: Limits, max_calls: u64) -> Harness {
+    fn harness(dir: &std::path::Path, limits: PluginLimits, max_calls: u64) -> Harness {
         let grant = Grant::open(dir, Access::ReadWrite, false).unwrap();
         Harness::new(Session::new("t", [("out".to_owned(), grant)].into(), limits, false), max_calls)
     }
@@ -335,7 +340,7 @@ mod tests {
     #[test]
     fn calls_go_through_the_services_rules_and_answer_in_order() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut h = harness(tmp.path(), Limits::default(), DEFAULT_MAX_CALLS);
+        let mut h = harness(tmp.path(), PluginLimits::default(), DEFAULT_MAX_CALLS);
         let input = [
             r#"{"call":"open-root","name":"out"}"#,
             r#"{"call":"sync","dir":1,"path":"env","files":[{"name":"A","contents":"MQo=","mode":420}]}"#,
@@ -371,7 +376,7 @@ mod tests {
             (r#"{"call":"open-root"}"#, "missing argument \"name\""),
             (r#"{"call":"write-file","dir":1,"path":"f","contents":"%%","mode":420}"#, "not base64"),
         ] {
-            let mut h = harness(tmp.path(), Limits::default(), DEFAULT_MAX_CALLS);
+            let mut h = harness(tmp.path(), PluginLimits::default(), DEFAULT_MAX_CALLS);
             let input = format!(
                 "{{\"call\":\"open-root\",\"name\":\"out\"}}\n{bad}\n{{\"call\":\"harness:logs\"}}\n"
             );
@@ -385,12 +390,12 @@ mod tests {
     #[test]
     fn the_call_count_and_the_line_size_are_bounded() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut h = harness(tmp.path(), Limits::default(), 2);
+        let mut h = harness(tmp.path(), PluginLimits::default(), 2);
         let (r, got) = serve(&mut h, &"{\"call\":\"harness:logs\"}\n".repeat(3));
         assert!(matches!(&r, Err(Error::Trap(m)) if m.contains("more than 2 calls")), "{r:?}");
         assert_eq!(got.len(), 4);
 
-        let limits = Limits { call_bytes: 30, ..Limits::default() };
+        let limits = PluginLimits { call_bytes: 30, ..PluginLimits::default() };
         let mut h = harness(tmp.path(), limits, DEFAULT_MAX_CALLS);
         let long =
             format!("{{\"call\":\"log\",\"level\":\"info\",\"message\":\"{}\"}}\n", "x".repeat(70 << 10));
@@ -410,7 +415,7 @@ mod tests {
     #[test]
     fn log_messages_are_escaped_and_held_to_the_log_budget() {
         let tmp = tempfile::tempdir().unwrap();
-        let limits = Limits { log_bytes: 10, ..Limits::default() };
+        let limits = PluginLimits { log_bytes: 10, ..PluginLimits::default() };
         let mut h = harness(tmp.path(), limits, DEFAULT_MAX_CALLS);
         let input = [
             r#"{"call":"log","level":"info","message":"a\u001b[2Jb"}"#,

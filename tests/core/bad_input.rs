@@ -5,7 +5,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use durasync::durable::{self, Error, Limits, NoProbe, Options, Tree};
+use durasync::durable::{self, Error, NoProbe, Options, RequestLimits, Tree};
 use rustix::fs::{FileType, Mode};
 use rustix::io::Errno;
 
@@ -122,7 +122,7 @@ fn requests_over_the_limits_are_refused_naming_the_limit() {
     let before = state(&s);
     let small = Options {
         probe: &NoProbe,
-        limits: Limits { max_files: 2, max_bytes: 100, ..Limits::default() },
+        limits: RequestLimits { max_files: 2, max_bytes: 100, ..RequestLimits::default() },
         threads: 1,
         ..Options::default()
     };
@@ -193,7 +193,7 @@ fn assert_source_entry_refused(kind: &str, plant: impl Fn(&Path)) {
     write_tree(&s.join("src"), &tree(&[("ok", b"fine", 0o644), ("sub/ok", b"fine", 0o644)]), 0o755);
     plant(&s.join("src/sub/bad"));
     let before = state(&s);
-    let err = durable::read_tree(s.fd(), "src", "src", &Limits::default()).unwrap_err();
+    let err = durable::read_tree(s.fd(), "src", "src", &RequestLimits::default()).unwrap_err();
     assert!(matches!(&err, Error::UnsupportedEntry { path, .. } if path == "src/sub/bad"), "{err:?}");
     let msg = err.to_string();
     assert_eq!(msg, format!("src/sub/bad: is a {kind}; only regular files and directories can be synced"));
@@ -262,7 +262,7 @@ fn a_source_name_that_is_not_utf8_is_refused() {
     std::fs::create_dir(s.join("src")).unwrap();
     let name = std::ffi::OsStr::from_bytes(b"bad-\xff");
     std::fs::write(s.join("src").join(name), b"x").unwrap();
-    let err = durable::read_tree(s.fd(), "src", "src", &Limits::default()).unwrap_err();
+    let err = durable::read_tree(s.fd(), "src", "src", &RequestLimits::default()).unwrap_err();
     assert!(err.to_string().contains("names must be valid UTF-8"), "{err}");
     let out = durasync(&["sync", "target", "--from", "src"], s.path());
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
@@ -346,7 +346,7 @@ fn a_source_holding_a_reserved_name_is_refused_naming_it() {
         std::fs::create_dir(s.join("src/sub")).unwrap();
         std::fs::write(s.join("src/sub").join(reserved), b"not silently dropped").unwrap();
         let before = state(&s);
-        let err = durable::read_tree(s.fd(), "src", "src", &Limits::default()).unwrap_err();
+        let err = durable::read_tree(s.fd(), "src", "src", &RequestLimits::default()).unwrap_err();
         assert!(
             matches!(&err, Error::InvalidPath { path, .. } if *path == format!("sub/{reserved}")),
             "{err:?}"

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use durasync::durable::names::{LOCK_NAME, is_leftover};
-use durasync::durable::{Limits, Node, Op, Options, Probe, Tree};
+use durasync::durable::{Node, Op, Options, Probe, RequestLimits, Tree};
 
 /// A fresh directory with an fd on it: the parent of the targets of a test.
 pub struct Scratch {
@@ -88,7 +88,7 @@ pub fn open_dir(path: &Path) -> OwnedFd {
 pub fn opts(probe: &dyn Probe, threads: usize) -> Options<'_> {
     Options {
         probe,
-        limits: Limits::default(),
+        limits: RequestLimits::default(),
         threads,
         flush: durasync::durable::Flush::Fsync,
         ..Options::default()

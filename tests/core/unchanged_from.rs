@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::{fs, io};
 
-use durasync::durable::{self, Limits, Op, Probe, Tree, read_tree};
+use durasync::durable::{self, Op, Probe, RequestLimits, Tree, read_tree};
 use rustix::fs::{CWD, RenameFlags};
 use rustix::io::Errno;
 
@@ -34,7 +34,7 @@ fn twins() -> Scratch {
     s
 }
 
-fn check(s: &Scratch, probe: &dyn Probe, limits: Limits) -> Option<durable::Report> {
+fn check(s: &Scratch, probe: &dyn Probe, limits: RequestLimits) -> Option<durable::Report> {
     let opts = durable::Options { limits, ..opts(probe, 4) };
     durable::sync_dir_unchanged_from(s.fd(), "target", s.fd(), "src", "src", &opts)
 }
@@ -44,7 +44,7 @@ fn identical_trees_are_answered_unchanged_with_nothing_written() {
     let s = twins();
     let before = snapshot(s.path());
     let rec = Recorder::default();
-    let r = check(&s, &rec, Limits::default()).expect("the same trees are unchanged");
+    let r = check(&s, &rec, RequestLimits::default()).expect("the same trees are unchanged");
     assert_eq!((r.outcome, r.written, r.removed), (durable::Outcome::Unchanged, 0, 0));
     assert_eq!(rec.keys().iter().map(|k| k.kind).collect::<Vec<_>>(), ["lock"], "only the lock is taken");
     let mut after = snapshot(s.path());
@@ -85,9 +85,9 @@ fn every_kind_of_difference_falls_through_to_the_full_sync() {
     for (what, change) in changes {
         let s = twins();
         change(&s.join("target"));
-        assert!(check(&s, &durable::NoProbe, Limits::default()).is_none(), "{what}: not unchanged");
+        assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_none(), "{what}: not unchanged");
         // And the full path makes the target the source.
-        let tree = read_tree(s.fd(), "src", "src", &Limits::default()).unwrap();
+        let tree = read_tree(s.fd(), "src", "src", &RequestLimits::default()).unwrap();
         let r = durable::sync_dir(s.fd(), "target", &tree, &opts(&durable::NoProbe, 4)).unwrap();
         assert_eq!(r.outcome, durable::Outcome::Replaced, "{what}");
         assert_eq!(snapshot(&s.join("target")), snapshot(&s.join("src")), "{what}");
@@ -104,7 +104,7 @@ fn a_source_that_a_sync_would_refuse_is_never_answered_unchanged() {
     };
     let s = twins();
     both(&s, &|d| std::os::unix::fs::symlink("/etc", d.join("link")).unwrap());
-    assert!(check(&s, &durable::NoProbe, Limits::default()).is_none(), "a link");
+    assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_none(), "a link");
 
     let s = twins();
     both(&s, &|d| {
@@ -117,17 +117,17 @@ fn a_source_that_a_sync_would_refuse_is_never_answered_unchanged() {
         )
         .unwrap()
     });
-    assert!(check(&s, &durable::NoProbe, Limits::default()).is_none(), "a fifo (and no wait on it)");
+    assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_none(), "a fifo (and no wait on it)");
 
     let s = twins();
     both(&s, &|d| fs::write(d.join(durable::names::LOCK_NAME), b"").unwrap());
-    assert!(check(&s, &durable::NoProbe, Limits::default()).is_none(), "a name reserved for durasync");
+    assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_none(), "a name reserved for durasync");
 
     let limits = [
-        Limits { max_files: 72, ..Limits::default() },
-        Limits { max_dirs: 1, ..Limits::default() },
-        Limits { max_bytes: (5 << 19) + 70 * 4096, ..Limits::default() },
-        Limits { max_path_bytes: 100, ..Limits::default() },
+        RequestLimits { max_files: 72, ..RequestLimits::default() },
+        RequestLimits { max_dirs: 1, ..RequestLimits::default() },
+        RequestLimits { max_bytes: (5 << 19) + 70 * 4096, ..RequestLimits::default() },
+        RequestLimits { max_path_bytes: 100, ..RequestLimits::default() },
     ];
     let s = twins();
     for limits in limits {
@@ -135,7 +135,10 @@ fn a_source_that_a_sync_would_refuse_is_never_answered_unchanged() {
         let err = read_tree(s.fd(), "src", "src", &limits).unwrap_err();
         assert!(matches!(err, durable::Error::Limit { .. }), "the full path names the limit: {err}");
     }
-    assert!(check(&s, &durable::NoProbe, Limits::default()).is_some(), "within the limits it is unchanged");
+    assert!(
+        check(&s, &durable::NoProbe, RequestLimits::default()).is_some(),
+        "within the limits it is unchanged"
+    );
 }
 
 #[test]
@@ -151,11 +154,14 @@ fn a_target_whose_last_commit_failed_is_not_answered_unchanged() {
     fs::write(s.join("src/added"), b"new").unwrap();
     assert_eq!(snapshot(&s.join("target")), snapshot(&s.join("src")));
 
-    assert!(check(&s, &durable::NoProbe, Limits::default()).is_none(), "what was read may not be durable");
+    assert!(
+        check(&s, &durable::NoProbe, RequestLimits::default()).is_none(),
+        "what was read may not be durable"
+    );
     let rec = Recorder::default();
     let r = durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
     assert_eq!(r.outcome, durable::Outcome::Replaced, "the full path rewrites it");
-    assert!(check(&s, &durable::NoProbe, Limits::default()).is_some(), "durable again: unchanged");
+    assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_some(), "durable again: unchanged");
 }
 
 /// Exchanges `target` with `twin` (an identical copy, another inode) when
@@ -184,8 +190,14 @@ fn a_target_swapped_after_it_was_compared_is_not_answered_unchanged() {
     let s = twins();
     write_tree(&s.join("twin"), &source_tree(), 0o755);
     let swap = SwapAtLock { dir: s.path() };
-    assert!(check(&s, &swap, Limits::default()).is_none(), "the directory compared is no longer the target");
-    assert!(check(&s, &durable::NoProbe, Limits::default()).is_some(), "the new one, compared, is unchanged");
+    assert!(
+        check(&s, &swap, RequestLimits::default()).is_none(),
+        "the directory compared is no longer the target"
+    );
+    assert!(
+        check(&s, &durable::NoProbe, RequestLimits::default()).is_some(),
+        "the new one, compared, is unchanged"
+    );
 }
 
 #[test]

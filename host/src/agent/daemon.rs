@@ -445,7 +445,7 @@ impl Daemon {
             &report.instance,
             report.result,
             report.elapsed.as_secs_f64(),
-            report.operations.iter().map(|o| (o.outcome, o.written, o.removed, o.bytes)),
+            report.operations.iter().map(|o| (o.outcome.as_str(), o.written, o.removed, o.bytes)),
         );
     }
 

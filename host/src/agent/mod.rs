@@ -43,7 +43,7 @@ use crate::durable::Flush;
 use crate::hooks::actions::{Batch, Runner};
 use crate::hooks::{Ledger, RunHooks};
 use crate::runtime::{self, CacheConfig, ErrorKind, Operation, Plugin, RunRequest, Runtime};
-use crate::services::LogRate;
+use crate::services::{Ended, LogRate};
 
 pub use config::{Input, Schedule, Spec};
 pub use daemon::run;
@@ -245,7 +245,7 @@ impl RunReport {
     pub fn operations_summary(&self) -> String {
         let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
         for op in &self.operations {
-            *counts.entry(op.outcome).or_default() += 1;
+            *counts.entry(op.outcome.as_str()).or_default() += 1;
         }
         let parts: Vec<String> = counts.iter().map(|(o, n)| format!("{n} {o}")).collect();
         match self.operations.len() {
@@ -350,7 +350,7 @@ pub(crate) fn log_report(r: &RunReport) {
             op.removed,
             op.ms
         );
-        if op.outcome == "unchanged" {
+        if op.outcome == Ended::Unchanged {
             tracing::debug!("{line}");
         } else {
             tracing::info!("{line}");

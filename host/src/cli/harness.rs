@@ -10,7 +10,7 @@ use clap::Args;
 
 use durasync::harness::{DEFAULT_MAX_CALLS, Error, Harness};
 use durasync::runtime::Manifest;
-use durasync::services::{Access, Grant, Limits, Session};
+use durasync::services::{Access, Grant, PluginLimits, Session};
 
 use super::exit;
 
@@ -43,7 +43,7 @@ pub fn harness(args: &HarnessArgs) -> Result<()> {
                 .collect();
             (m.name, roots, m.limits)
         }
-        None => ("under test".to_owned(), BTreeMap::new(), Limits::default()),
+        None => ("under test".to_owned(), BTreeMap::new(), PluginLimits::default()),
     };
     for spec in &args.roots {
         let Some((root, path)) = spec.split_once('=') else {

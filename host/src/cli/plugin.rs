@@ -12,6 +12,7 @@ use durasync::runtime::distribution::reference::SCHEME as REF_SCHEME;
 use durasync::runtime::{
     self, CacheConfig, CacheStatus, Component, Interface, Manifest, Operation, RunRequest, Runtime, trust,
 };
+use durasync::services::Ended;
 use durasync::services::text::{escape_all, escape_json_c1, escape_lines};
 
 use super::exit;
@@ -169,7 +170,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
 /// apply to the planned changes (`--dry-run`): one entry per change and hook.
 fn would_run(manifest: &Manifest, ops: &[Operation]) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
-    for op in ops.iter().filter(|o| matches!(o.op, "sync" | "write-file") && o.outcome != "unchanged") {
+    for op in ops.iter().filter(|o| o.op.writes_contents() && o.outcome != Ended::Unchanged) {
         for hook in manifest.hooks.describe(&op.root, &op.path) {
             out.push(json!({ "root": op.root, "path": op.path, "hook": hook }));
         }
@@ -291,7 +292,9 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
             "exports": interface.exports,
             "policy": if problems.is_empty() { "pass" } else { "fail" },
             "problems": problems,
-            "describe": describe,
+            "describe": describe.as_ref().map(|i| json!({
+                "name": i.name, "version": i.version, "summary": i.summary, "roots": i.roots,
+            })),
         });
         println!("{}", escape_json_c1(&v.to_string()));
     } else {

@@ -9,7 +9,7 @@ use super::error::{Error, Result, Step};
 use super::parallel;
 use super::resolve::open_file_beneath;
 use super::sys::{Kind, join, kind_of, open_file};
-use super::tree::{Limits, Node, Tree};
+use super::tree::{Node, RequestLimits, Tree};
 use super::walk::walk;
 
 /// How an existing directory differs from a requested tree.
@@ -205,7 +205,7 @@ pub(crate) fn same_tree(
     src_path: &str,
     target: BorrowedFd<'_>,
     target_path: &str,
-    limits: &Limits,
+    limits: &RequestLimits,
 ) -> bool {
     // The walks stop at the first difference with an error nobody sees.
     let stop = || Error::Cancelled { path: String::new() };

@@ -75,13 +75,13 @@ pub use gate::{Gate, Refusal, Staged, StagedKind};
 pub use names::MAX_DEPTH;
 pub use primitives::{exchange, fsync};
 pub use probe::{NoProbe, Op, Probe};
-pub use read::{DirEntry, EntryKind, ReadLimits, list_dir, read_file};
+pub use read::{Entry, EntryKind, ReadLimits, list_dir, read_file};
 pub use recover::recover;
 pub use remove::remove;
 pub use report::{Outcome, Report};
 pub use resolve::{create_dirs_beneath, open_beneath, split_last};
 pub use sync::{plan_sync, sync_dir, sync_dir_unchanged_from};
-pub use tree::{Limits, Node, Plan, Tree, read_tree};
+pub use tree::{Node, Plan, RequestLimits, Tree, read_tree};
 pub use write::write_file;
 
 /// How many files a sync writes and fsyncs at once. Parallel fsyncs let the
@@ -96,7 +96,7 @@ pub struct Options<'a> {
     /// Hooks around every mutating system call ([`NoProbe`] in production).
     pub probe: &'a dyn Probe,
     /// Caps checked before anything is touched.
-    pub limits: Limits,
+    pub limits: RequestLimits,
     /// Files written and fsynced at once by a sync.
     pub threads: usize,
     /// When to give up before the commit point ([`Cancel::NEVER`] by default).
@@ -112,7 +112,7 @@ impl Default for Options<'static> {
     fn default() -> Self {
         Options {
             probe: &NoProbe,
-            limits: Limits::default(),
+            limits: RequestLimits::default(),
             threads: DEFAULT_THREADS,
             cancel: Cancel::NEVER,
             flush: Flush::Auto,

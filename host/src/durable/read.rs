@@ -2,8 +2,6 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
-use serde::Serialize;
-
 use super::cancel::Cancel;
 use super::error::{Error, Result};
 use super::names::is_reserved;
@@ -37,28 +35,10 @@ impl Default for ReadLimits {
 /// cancellation.
 const CANCEL_EVERY: usize = 1024;
 
-/// What a directory entry is; links are reported, never followed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EntryKind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Directory,
-    /// A symbolic link.
-    Symlink,
-    /// A fifo, socket or device.
-    Other,
-}
-
-/// One entry of [`list_dir`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DirEntry {
-    /// The entry's name.
-    pub name: String,
-    /// What it is.
-    pub kind: EntryKind,
-}
+// What a directory entry is and one entry of [`list_dir`]: the contract's
+// plain types (WIT `entry-kind`, `entry`), so the services and both front
+// doors return the core's value without converting it.
+pub use durasync_contract::{Entry, EntryKind};
 
 /// The bytes of the regular file at `rel` beneath `root`, or `None` when
 /// nothing is there (nor at any missing parent). A link is an error, and so
@@ -94,7 +74,7 @@ pub fn list_dir(
     rel: &str,
     limits: &ReadLimits,
     cancel: &Cancel<'_>,
-) -> Result<Vec<DirEntry>> {
+) -> Result<Vec<Entry>> {
     let dir = open_beneath(root, rel)?;
     let shown = if rel.is_empty() { "." } else { rel };
     let mut names = list_names_at_most(dir.as_fd(), shown, limits.max_entries, cancel)?;
@@ -113,7 +93,7 @@ pub fn list_dir(
                 Kind::Symlink => EntryKind::Symlink,
                 _ => EntryKind::Other,
             };
-            Ok(DirEntry { name, kind })
+            Ok(Entry { name, kind })
         })
         .collect()
 }

@@ -43,7 +43,7 @@ pub enum Node {
 /// Paths sort so that every directory precedes its contents. The tree's root
 /// (the synced directory itself) is not an entry.
 ///
-/// Building it is bounded by its [`Limits`] as it grows, not only once it
+/// Building it is bounded by its [`RequestLimits`] as it grows, not only once it
 /// is complete: a file or directory past `max_files` or `max_dirs`, or a
 /// path (an implied directory's too) past `max_path_bytes` in all, is
 /// refused when it is added. Nested names imply directories, whose keys the
@@ -56,7 +56,7 @@ pub struct Tree {
     files: usize,
     /// The bytes of every key in `nodes`.
     path_bytes: u64,
-    limits: Limits,
+    limits: RequestLimits,
 }
 
 /// Two trees are equal when they hold the same entries, whatever limits
@@ -71,13 +71,13 @@ impl Eq for Tree {}
 
 impl Tree {
     /// An empty tree (syncing it makes the target an empty directory),
-    /// bounded by the default [`Limits`].
+    /// bounded by the default [`RequestLimits`].
     pub fn new() -> Self {
         Self::default()
     }
 
     /// An empty tree whose growth is bounded by `limits`.
-    pub fn with_limits(limits: Limits) -> Self {
+    pub fn with_limits(limits: RequestLimits) -> Self {
         Tree { limits, ..Self::default() }
     }
 
@@ -225,7 +225,7 @@ impl Tree {
     }
 
     /// Refuse a tree over the given limits, naming the one exceeded.
-    pub fn check_limits(&self, limits: &Limits) -> Result<()> {
+    pub fn check_limits(&self, limits: &RequestLimits) -> Result<()> {
         if self.files as u64 > limits.max_files {
             return Err(Error::Limit {
                 what: "files in one sync",
@@ -253,7 +253,7 @@ fn check_mode(path: &str, mode: u32) -> Result<()> {
 
 /// Caps on one request, checked before anything is touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct RequestLimits {
     /// Most regular files in one sync.
     pub max_files: u64,
     /// Most bytes, summed over all files, in one sync or write.
@@ -265,14 +265,14 @@ pub struct Limits {
     pub max_path_bytes: u64,
 }
 
-impl Default for Limits {
+impl Default for RequestLimits {
     /// 100 000 files and 4 GiB: far above any certificate or manifest set,
     /// low enough that a runaway request fails before it fills a disk.
     /// 100 000 directories and 64 MiB of paths: what the host builds from
     /// one request stays bounded (tens of MiB of keys) however the names
     /// nest, while 100 000 files of 600-byte paths still fit.
     fn default() -> Self {
-        Limits { max_files: 100_000, max_bytes: 4 << 30, max_dirs: 100_000, max_path_bytes: 64 << 20 }
+        RequestLimits { max_files: 100_000, max_bytes: 4 << 30, max_dirs: 100_000, max_path_bytes: 64 << 20 }
     }
 }
 
@@ -314,9 +314,13 @@ mod tests {
         let mut t = Tree::new();
         t.add_file("a", vec![0; 10], 0o644).unwrap();
         t.add_file("b", vec![0; 10], 0o644).unwrap();
-        let err = t.check_limits(&Limits { max_files: 1, max_bytes: 100, ..Limits::default() }).unwrap_err();
+        let err = t
+            .check_limits(&RequestLimits { max_files: 1, max_bytes: 100, ..RequestLimits::default() })
+            .unwrap_err();
         assert!(err.to_string().contains("files in one sync"), "{err}");
-        let err = t.check_limits(&Limits { max_files: 10, max_bytes: 15, ..Limits::default() }).unwrap_err();
+        let err = t
+            .check_limits(&RequestLimits { max_files: 10, max_bytes: 15, ..RequestLimits::default() })
+            .unwrap_err();
         assert!(err.to_string().contains("bytes in one sync"), "{err}");
     }
 
@@ -327,7 +331,7 @@ mod tests {
         // its own name.
         let component = "d".repeat(62);
         let nested = |i: usize| format!("{i:06}{}", format!("/{component}").repeat(63));
-        let limits = Limits { max_path_bytes: 4 << 20, ..Limits::default() };
+        let limits = RequestLimits { max_path_bytes: 4 << 20, ..RequestLimits::default() };
         let mut t = Tree::with_limits(limits);
         let mut added = 0;
         let err = loop {
@@ -345,12 +349,13 @@ mod tests {
 
     #[test]
     fn files_and_directories_past_their_counts_are_refused_as_they_are_added() {
-        let mut t = Tree::with_limits(Limits { max_files: 2, max_dirs: 2, ..Limits::default() });
+        let mut t =
+            Tree::with_limits(RequestLimits { max_files: 2, max_dirs: 2, ..RequestLimits::default() });
         t.add_file("a", vec![], 0o644).unwrap();
         t.add_file("b", vec![], 0o644).unwrap();
         let err = t.add_file("c", vec![], 0o644).unwrap_err();
         assert_eq!(err.to_string(), "limit exceeded: files in one sync: 3 is over the limit of 2");
-        let mut t = Tree::with_limits(Limits { max_dirs: 2, ..Limits::default() });
+        let mut t = Tree::with_limits(RequestLimits { max_dirs: 2, ..RequestLimits::default() });
         let err = t.add_file("x/y/z/f", vec![], 0o644).unwrap_err();
         assert_eq!(err.to_string(), "limit exceeded: directories in one sync: 3 is over the limit of 2");
     }

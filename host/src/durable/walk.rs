@@ -8,7 +8,7 @@ use rustix::fs::{Mode, OFlags};
 use super::cancel::Cancel;
 use super::error::{Error, Result, Step};
 use super::sys::{Kind, join, kind_at, kind_of, open_dir, open_file};
-use super::tree::{Limits, MODE_MASK, Tree};
+use super::tree::{MODE_MASK, RequestLimits, Tree};
 
 /// One entry met while walking a directory on disk.
 pub(crate) struct Seen<'a> {
@@ -332,7 +332,7 @@ pub(crate) fn read_file_at(
 /// with its bytes and mode, every directory with its mode. Anything else (a
 /// symlink, a fifo, a device) is an error naming it. Limits are enforced
 /// while reading, so a huge source fails early.
-pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Limits) -> Result<Tree> {
+pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &RequestLimits) -> Result<Tree> {
     match kind_at(parent, name, path)?.0 {
         Kind::Dir => {}
         Kind::Missing => return Err(Error::NotFound { path: path.to_owned() }),

@@ -14,7 +14,7 @@ use super::policy::Interface;
 use super::request::{Info, RunOutcome, RunRequest};
 use super::state::State;
 use super::{bindings, wasi};
-use crate::services::{Limits, Operation, Session, limits};
+use crate::services::{Operation, PluginLimits, Session, limits};
 
 /// A loaded plugin: compiled, checked against the policy and linked.
 pub struct Plugin {
@@ -48,7 +48,7 @@ impl Plugin {
 
     /// Call `describe` with default limits and no roots.
     pub fn describe(&self, name: &str) -> Result<Info, Error> {
-        let session = Session::new(name, BTreeMap::new(), Limits::default(), true);
+        let session = Session::new(name, BTreeMap::new(), PluginLimits::default(), true);
         let (result, left) = self.call(session, |store, p| p.call_describe(store));
         let info = result.map_err(|e| match trap_error(e, left) {
             Err(error) => error,

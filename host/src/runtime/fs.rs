@@ -10,47 +10,60 @@
 use wasmtime::component::Resource;
 
 use super::bindings::durasync::plugin::fs::{Host, HostDir};
-use super::bindings::durasync::plugin::types::{
-    self, Entry, EntryKind as WitKind, Error as WitError, File, Outcome as WitOutcome,
-};
+use super::bindings::durasync::plugin::types::{self as wit, Error as WitError};
 use super::state::HostView;
-use crate::durable::{EntryKind, Outcome, Report};
-use crate::services::{self, Dir};
+use crate::services::{self, Dir, Entry, EntryKind, File, Outcome, Report};
 
 type WitResult<T> = wasmtime::Result<Result<T, WitError>>;
 
-/// The WIT error for a services error: the variants are the same.
-pub(crate) fn to_wit(e: services::Error) -> WitError {
-    use services::Error as E;
-    match e {
-        E::InvalidPath(m) => WitError::InvalidPath(m),
-        E::NotGranted(m) => WitError::NotGranted(m),
-        E::ReadOnly(m) => WitError::ReadOnly(m),
-        E::NotFound(m) => WitError::NotFound(m),
-        E::NotADirectory(m) => WitError::NotADirectory(m),
-        E::Limit(m) => WitError::Limit(m),
-        E::Unsupported(m) => WitError::Unsupported(m),
-        E::Committed(m) => WitError::Committed(m),
-        E::Io(m) => WitError::Io(m),
+// The one conversion per contract type between the bindings and the
+// contract crate's plain types (`durasync-contract`), which the services
+// take and return: the variants and fields are the same, one for one.
+
+impl From<services::Error> for WitError {
+    fn from(e: services::Error) -> Self {
+        use services::Error as E;
+        match e {
+            E::InvalidPath(m) => WitError::InvalidPath(m),
+            E::NotGranted(m) => WitError::NotGranted(m),
+            E::ReadOnly(m) => WitError::ReadOnly(m),
+            E::NotFound(m) => WitError::NotFound(m),
+            E::NotADirectory(m) => WitError::NotADirectory(m),
+            E::Limit(m) => WitError::Limit(m),
+            E::Unsupported(m) => WitError::Unsupported(m),
+            E::Committed(m) => WitError::Committed(m),
+            E::Io(m) => WitError::Io(m),
+        }
     }
 }
 
-fn wit_report(r: Report) -> types::Report {
-    let outcome = match r.outcome {
-        Outcome::Unchanged => WitOutcome::Unchanged,
-        Outcome::Created => WitOutcome::Created,
-        Outcome::Replaced => WitOutcome::Replaced,
-        Outcome::Removed => WitOutcome::Removed,
-    };
-    types::Report { outcome, written: r.written, removed: r.removed }
+impl From<Report> for wit::Report {
+    fn from(r: Report) -> Self {
+        let outcome = match r.outcome {
+            Outcome::Unchanged => wit::Outcome::Unchanged,
+            Outcome::Created => wit::Outcome::Created,
+            Outcome::Replaced => wit::Outcome::Replaced,
+            Outcome::Removed => wit::Outcome::Removed,
+        };
+        wit::Report { outcome, written: r.written, removed: r.removed }
+    }
 }
 
-fn wit_kind(k: EntryKind) -> WitKind {
-    match k {
-        EntryKind::File => WitKind::File,
-        EntryKind::Directory => WitKind::Directory,
-        EntryKind::Symlink => WitKind::Symlink,
-        EntryKind::Other => WitKind::Other,
+impl From<Entry> for wit::Entry {
+    fn from(e: Entry) -> Self {
+        let kind = match e.kind {
+            EntryKind::File => wit::EntryKind::File,
+            EntryKind::Directory => wit::EntryKind::Directory,
+            EntryKind::Symlink => wit::EntryKind::Symlink,
+            EntryKind::Other => wit::EntryKind::Other,
+        };
+        wit::Entry { name: e.name, kind }
+    }
+}
+
+impl From<wit::File> for File {
+    fn from(f: wit::File) -> Self {
+        File { name: f.name, contents: f.contents, mode: f.mode }
     }
 }
 
@@ -62,7 +75,7 @@ impl HostView<'_> {
         if self.session.past_deadline() {
             return Err(wasmtime::Error::msg("deadline reached"));
         }
-        Ok(r.map_err(to_wit))
+        Ok(r.map_err(WitError::from))
     }
 
     fn push_dir(&mut self, dir: services::Result<Dir>) -> WitResult<Resource<Dir>> {
@@ -74,13 +87,10 @@ impl HostView<'_> {
 }
 
 impl HostDir for HostView<'_> {
-    fn sync(&mut self, d: Resource<Dir>, path: String, files: Vec<File>) -> WitResult<types::Report> {
+    fn sync(&mut self, d: Resource<Dir>, path: String, files: Vec<wit::File>) -> WitResult<wit::Report> {
         let dir = self.table.get(&d)?;
-        let files = files
-            .into_iter()
-            .map(|f| services::File { name: f.name, contents: f.contents, mode: f.mode })
-            .collect();
-        let r = self.session.sync(dir, &path, files).map(wit_report);
+        let files = files.into_iter().map(File::from).collect();
+        let r = self.session.sync(dir, &path, files).map(Into::into);
         self.done(r)
     }
 
@@ -90,9 +100,9 @@ impl HostDir for HostView<'_> {
         path: String,
         contents: Vec<u8>,
         mode: u32,
-    ) -> WitResult<types::Report> {
+    ) -> WitResult<wit::Report> {
         let dir = self.table.get(&d)?;
-        let r = self.session.write_file(dir, &path, &contents, mode).map(wit_report);
+        let r = self.session.write_file(dir, &path, &contents, mode).map(Into::into);
         self.done(r)
     }
 
@@ -102,11 +112,10 @@ impl HostDir for HostView<'_> {
         self.done(r)
     }
 
-    fn list_dir(&mut self, d: Resource<Dir>, path: String) -> WitResult<Vec<Entry>> {
+    fn list_dir(&mut self, d: Resource<Dir>, path: String) -> WitResult<Vec<wit::Entry>> {
         let dir = self.table.get(&d)?;
-        let r = self.session.list_dir(dir, &path).map(|entries| {
-            entries.into_iter().map(|e| Entry { name: e.name, kind: wit_kind(e.kind) }).collect()
-        });
+        let r =
+            self.session.list_dir(dir, &path).map(|entries| entries.into_iter().map(Into::into).collect());
         self.done(r)
     }
 
@@ -148,5 +157,5 @@ impl Host for HostView<'_> {
     }
 }
 
-impl types::Host for HostView<'_> {}
+impl wit::Host for HostView<'_> {}
 impl super::bindings::durasync::plugin::plugin_types::Host for HostView<'_> {}

@@ -45,7 +45,7 @@ use super::errors::Error;
 use super::trust::{self, PublicKey};
 use crate::hooks::{Hooks, config};
 pub use crate::services::Access;
-use crate::services::Limits;
+use crate::services::PluginLimits;
 
 /// One granted root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub struct Manifest {
     /// Granted roots by name.
     pub roots: BTreeMap<String, Root>,
     /// Limits, defaults filled in.
-    pub limits: Limits,
+    pub limits: PluginLimits,
     /// The `[config]` table as JSON (`{}` when absent).
     pub config_json: String,
     /// How the plugin's syncs make staged trees durable (`flush`); `None`:
@@ -245,7 +245,7 @@ impl Manifest {
             Some(_) => return Err(bad("roots", "must be a table of `[roots.NAME]` tables".into())),
         }
 
-        let mut limits = Limits::default();
+        let mut limits = PluginLimits::default();
         match table.get("limits") {
             None => {}
             Some(toml::Value::Table(t)) => {
@@ -448,7 +448,7 @@ mod tests {
         );
         assert_eq!(m.limits.fuel, None);
         assert_eq!(m.limits.timeout_ms, 5);
-        assert_eq!(m.limits.memory_bytes, Limits::default().memory_bytes);
+        assert_eq!(m.limits.memory_bytes, PluginLimits::default().memory_bytes);
         assert_eq!(m.config_json, r#"{"a":[1,2]}"#);
         assert_eq!(m.flush, None, "no `flush`: the runner's default");
     }

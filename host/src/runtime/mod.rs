@@ -51,7 +51,7 @@ pub mod trust;
 mod wasi;
 
 pub use crate::services::limits;
-pub use crate::services::{Access, Changes, Limits, Operation};
+pub use crate::services::{Access, Changes, Operation, PluginLimits};
 pub use cache::{CacheConfig, CacheStatus};
 pub use call::Plugin;
 pub use engine::{Compiled, Fetched, Runtime};

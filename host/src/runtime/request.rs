@@ -10,20 +10,10 @@ use super::errors::Error;
 use super::manifest::Manifest;
 use crate::durable::Flush;
 use crate::hooks::RunHooks;
-use crate::services::{Grant, Hooks, Limits, LogRate, Operation};
+use crate::services::{Grant, Hooks, LogRate, Operation, PluginLimits};
 
-/// What a plugin says about itself (`describe`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Info {
-    /// A short machine-friendly name.
-    pub name: String,
-    /// The plugin's own version.
-    pub version: String,
-    /// One sentence for a person.
-    pub summary: String,
-    /// The root names it opens.
-    pub roots: Vec<String>,
-}
+/// What a plugin says about itself (`describe`): the contract's plain type.
+pub use durasync_contract::Info;
 
 /// A successful run.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,7 +34,7 @@ pub struct RunRequest {
     /// The granted roots, opened.
     roots: BTreeMap<String, Grant>,
     /// The limits.
-    pub limits: Limits,
+    pub limits: PluginLimits,
     /// The `[config]` table as JSON.
     pub config_json: String,
     /// The input bytes.

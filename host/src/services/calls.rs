@@ -9,21 +9,11 @@ use super::checks::{check_depth, check_mode, refuse_link, subtree_deeper_than};
 use super::error::{Error, Result, core};
 use super::grant::{Dir, components, join};
 use super::limits::MAX_DEPTH;
-use super::operation::Done;
+use super::operation::{Done, Ended, Op};
 use super::plan;
 use super::session::Session;
-use crate::durable::{self, DirEntry, Outcome, Report, Tree};
-
-/// One regular file of a `sync`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct File {
-    /// Path relative to the synced directory.
-    pub name: String,
-    /// Its bytes.
-    pub contents: Vec<u8>,
-    /// Its permission bits.
-    pub mode: u32,
-}
+use crate::durable::{self, Entry, Outcome, Report, Tree};
+use durasync_contract::File;
 
 impl Session {
     /// `open-root`: the handle for a granted root.
@@ -70,7 +60,7 @@ impl Session {
 
     /// `read-file`: refused with a `limit` error, before anything is read,
     /// when the file is larger than the run's read cap
-    /// ([`super::Limits::read_bytes_cap`]); stops at the run's deadline.
+    /// ([`super::PluginLimits::read_bytes_cap`]); stops at the run's deadline.
     pub fn read_file(&mut self, dir: &Dir, path: &str) -> Result<Option<Vec<u8>>> {
         self.admit(Some(dir))?;
         let opts = self.core_options();
@@ -80,7 +70,7 @@ impl Session {
 
     /// `list-dir`: refused with a `limit` error for a directory of more than
     /// [`super::limits::MAX_LIST_ENTRIES`] entries; stops at the deadline.
-    pub fn list_dir(&mut self, dir: &Dir, path: &str) -> Result<Vec<DirEntry>> {
+    pub fn list_dir(&mut self, dir: &Dir, path: &str) -> Result<Vec<Entry>> {
         self.admit(Some(dir))?;
         let opts = self.core_options();
         durable::list_dir(dir.fd.as_fd(), path, &self.limits.read_limits(), &opts.cancel)
@@ -109,7 +99,7 @@ impl Session {
 
     /// `sync`: make the directory at `path` hold exactly `files`.
     pub fn sync(&mut self, dir: &Dir, path: &str, files: Vec<File>) -> Result<Report> {
-        self.record(dir, "sync", dir.full(path), |s| s.sync_inner(dir, path, files))
+        self.record(dir, Op::Sync, dir.full(path), |s| s.sync_inner(dir, path, files))
     }
 
     fn sync_inner(&mut self, dir: &Dir, path: &str, files: Vec<File>) -> Result<(Done, Report)> {
@@ -183,7 +173,7 @@ impl Session {
 
     /// `write-file`: replace one file.
     pub fn write_file(&mut self, dir: &Dir, path: &str, contents: &[u8], mode: u32) -> Result<Report> {
-        self.record(dir, "write-file", dir.full(path), |s| s.write_inner(dir, path, contents, mode))
+        self.record(dir, Op::WriteFile, dir.full(path), |s| s.write_inner(dir, path, contents, mode))
     }
 
     fn write_inner(&mut self, dir: &Dir, path: &str, contents: &[u8], mode: u32) -> Result<(Done, Report)> {
@@ -212,14 +202,14 @@ impl Session {
 
     /// `remove`: durably remove a file or a tree; `false` when nothing was there.
     pub fn remove(&mut self, dir: &Dir, path: &str) -> Result<bool> {
-        self.record(dir, "remove", dir.full(path), |s| s.remove_inner(dir, path))
+        self.record(dir, Op::Remove, dir.full(path), |s| s.remove_inner(dir, path))
     }
 
     fn remove_inner(&mut self, dir: &Dir, path: &str) -> Result<(Done, bool)> {
         dir.writable()?;
         let (parent, name) = durable::split_last(path).map_err(core)?;
         let Some(pfd) = plan::parent_if_exists(dir.fd.as_fd(), parent)? else {
-            return Ok((Done::just("unchanged"), false));
+            return Ok((Done::just(Ended::Unchanged), false));
         };
         if self.dry_run {
             return plan::remove(dir, pfd.as_fd(), name, path, &self.core_options().cancel);
@@ -243,14 +233,14 @@ impl Session {
                 }
                 Ok((Done::of(&report, None), true))
             }
-            None => Ok((Done::just("unchanged"), false)),
+            None => Ok((Done::just(Ended::Unchanged), false)),
         }
     }
 
     /// `exchange`: the raw primitive.
     pub fn exchange(&mut self, dir: &Dir, a: &str, b: &str) -> Result<()> {
         let shown = format!("{} <-> {}", dir.full(a), dir.full(b));
-        self.record(dir, "exchange", shown, |s| s.exchange_inner(dir, a, b))
+        self.record(dir, Op::Exchange, shown, |s| s.exchange_inner(dir, a, b))
     }
 
     fn exchange_inner(&mut self, dir: &Dir, a: &str, b: &str) -> Result<(Done, ())> {
@@ -292,14 +282,14 @@ impl Session {
             return plan::exchange(fa.as_fd(), na, a, fb.as_fd(), nb, b);
         }
         durable::exchange(fa.as_fd(), na, fb.as_fd(), nb, &self.core_options()).map_err(core)?;
-        Ok((Done::just("exchanged"), ()))
+        Ok((Done::just(Ended::Exchanged), ()))
     }
 
     /// `fsync`: the raw primitive. It changes no contents, so a read-only
     /// root allows it; a dry run skips it (nothing was written that would
     /// need it).
     pub fn fsync(&mut self, dir: &Dir, path: &str) -> Result<()> {
-        self.record(dir, "fsync", dir.full(path), |s| s.fsync_inner(dir, path))
+        self.record(dir, Op::Fsync, dir.full(path), |s| s.fsync_inner(dir, path))
     }
 
     fn fsync_inner(&mut self, dir: &Dir, path: &str) -> Result<(Done, ())> {
@@ -314,6 +304,6 @@ impl Session {
         } else if let Some(name) = name {
             plan::must_exist(pfd.as_fd(), name, path)?;
         }
-        Ok((Done::just("fsynced"), ()))
+        Ok((Done::just(Ended::Fsynced), ()))
     }
 }

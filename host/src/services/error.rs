@@ -1,82 +1,16 @@
-//! The contract's error kinds as a plain Rust enum, and the one mapping from
-//! the durable core's errors to them.
+//! The contract's error kinds and the one mapping from the durable core's
+//! errors to them.
 //!
-//! [`Error`] mirrors the WIT `error` variant one for one; the runtime and
-//! the SDK's native harness each convert it to their own type with a
-//! match that only renames. What a plugin asked for and the core refused
-//! (a bad path, a read-only root, a full disk) is one of these values,
-//! which the plugin can handle.
-
-use std::fmt;
+//! [`Error`] is the contract crate's (`durasync-contract`), the WIT `error`
+//! variant one for one; the services return it to both front doors
+//! unconverted (the runtime turns it into the bindings' type once, in
+//! `runtime/fs.rs`). What a plugin asked for and the core refused (a bad
+//! path, a read-only root, a full disk) is one of these values, which the
+//! plugin can handle.
 
 use crate::durable;
 
-/// Why a plugin's call failed: the WIT `error` variants, one for one. Every
-/// variant carries a message for a person. Unless the variant says
-/// otherwise, the failed call changed nothing it names; a failed `sync` or
-/// `write-file` may leave the missing parent directories it created for its
-/// path (empty but for the lock file).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Error {
-    /// A path, a name or a mode breaks the rules, or leaves its root.
-    InvalidPath(String),
-    /// The named root is not granted to this plugin by its manifest.
-    NotGranted(String),
-    /// The root is granted read-only and the call would write.
-    ReadOnly(String),
-    /// A path the call needs does not exist.
-    NotFound(String),
-    /// A path that must be a directory is something else.
-    NotADirectory(String),
-    /// A limit of the host or of the manifest would be exceeded.
-    Limit(String),
-    /// The file system cannot do this atomically; nothing was changed.
-    Unsupported(String),
-    /// The change was made and is visible, but making it durable failed.
-    Committed(String),
-    /// Any other I/O failure, with the path and the step.
-    Io(String),
-}
-
-impl Error {
-    /// The message, without the kind.
-    pub fn message(&self) -> &str {
-        match self {
-            Error::InvalidPath(m)
-            | Error::NotGranted(m)
-            | Error::ReadOnly(m)
-            | Error::NotFound(m)
-            | Error::NotADirectory(m)
-            | Error::Limit(m)
-            | Error::Unsupported(m)
-            | Error::Committed(m)
-            | Error::Io(m) => m,
-        }
-    }
-
-    /// The WIT name of the variant (`invalid-path`, `not-granted`, …).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Error::InvalidPath(_) => "invalid-path",
-            Error::NotGranted(_) => "not-granted",
-            Error::ReadOnly(_) => "read-only",
-            Error::NotFound(_) => "not-found",
-            Error::NotADirectory(_) => "not-a-directory",
-            Error::Limit(_) => "limit",
-            Error::Unsupported(_) => "unsupported",
-            Error::Committed(_) => "committed",
-            Error::Io(_) => "io",
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind(), self.message())
-    }
-}
-
-impl std::error::Error for Error {}
+pub use durasync_contract::Error;
 
 impl From<durable::Error> for Error {
     fn from(e: durable::Error) -> Self {
@@ -114,7 +48,7 @@ pub(crate) fn core(e: durable::Error) -> Error {
 }
 
 /// The result of a plugin's call.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub use durasync_contract::Result;
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,5 @@
 //! Every limit a plugin runs under, as named constants with the reason for
-//! each default, and the [`Limits`] a manifest may override.
+//! each default, and the [`PluginLimits`] a manifest may override.
 //!
 //! All of them bound a resource the guest controls: a plugin is untrusted
 //! code, and without a cap each of these is a way to hang, starve or fill
@@ -55,7 +55,7 @@ pub const DEFAULT_CALL_BYTES: u64 = 64 << 20;
 /// size is the file system's say, not the plugin's: a sparse file claims
 /// 64 GiB for free, and reading it whole would take the host's memory (and
 /// then the guest's). The effective cap is the smallest of this,
-/// `call_bytes` and half of `memory_bytes` ([`Limits::read_bytes_cap`]): the
+/// `call_bytes` and half of `memory_bytes` ([`PluginLimits::read_bytes_cap`]): the
 /// bytes must fit in the guest, with room to use them. Certificates and
 /// manifests are kilobytes.
 pub const DEFAULT_READ_BYTES: u64 = 16 << 20;
@@ -104,7 +104,7 @@ pub const EPOCH_RETRY_MS: u64 = 10;
 
 /// The limits of one plugin, after the manifest's `[limits]` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct PluginLimits {
     /// CPU budget per call in fuel units; `None` is unlimited (the
     /// timeout still applies).
     pub fuel: Option<u64>,
@@ -122,11 +122,11 @@ pub struct Limits {
     pub output_bytes: u64,
     /// Bytes of data the plugin may hand the host in one call.
     pub call_bytes: u64,
-    /// Bytes one `read-file` may return (see [`Limits::read_bytes_cap`]).
+    /// Bytes one `read-file` may return (see [`PluginLimits::read_bytes_cap`]).
     pub read_bytes: u64,
 }
 
-impl Limits {
+impl PluginLimits {
     /// The bytes one `read-file` may return: `read_bytes`, but never more
     /// than `call_bytes` nor half the guest's memory cap.
     pub fn read_bytes_cap(&self) -> u64 {
@@ -139,9 +139,9 @@ impl Limits {
     }
 }
 
-impl Default for Limits {
+impl Default for PluginLimits {
     fn default() -> Self {
-        Limits {
+        PluginLimits {
             fuel: Some(DEFAULT_FUEL),
             timeout_ms: DEFAULT_TIMEOUT_MS,
             memory_bytes: DEFAULT_MEMORY_BYTES,

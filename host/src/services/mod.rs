@@ -8,8 +8,9 @@
 //! - [`Session`]: one run — its limits, per-run budgets, deadline, open
 //!   handles, dry-run mode and the [`Operation`] record — with one method
 //!   per call of interface `fs` (`calls.rs`);
-//! - [`Error`]: the contract's error kinds as a plain enum, and the one
-//!   mapping from core errors to it;
+//! - [`Error`], [`File`], [`Report`], [`Entry`], [`Op`]: the contract's
+//!   plain types (the `durasync-contract` crate, shared with the guest SDK),
+//!   and the one mapping from core errors to [`Error`];
 //! - [`limits`]: every limit a plugin runs under, as named constants.
 //!
 //! Two front doors use it: the wasmtime runtime ([`crate::runtime`], a thin
@@ -29,14 +30,14 @@ mod plan;
 mod session;
 pub mod text;
 
-pub use calls::File;
 pub use checks::SPECIAL_BITS;
+pub use durasync_contract::{Entry, EntryKind, File, Op, Outcome, Report};
 pub use error::{Error, Result, from_core};
 pub use grant::{Access, Dir, Grant};
 pub use hooks::Hooks;
-pub use limits::{Limits, MAX_DEPTH};
+pub use limits::{MAX_DEPTH, PluginLimits};
 pub use log_rate::LogRate;
-pub use operation::{Changes, Operation};
+pub use operation::{Changes, Ended, Operation};
 pub use session::{LogBudget, LogVerdict, Session};
 
 /// The contract this host implements, as declared by `wit/durasync.wit`

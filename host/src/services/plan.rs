@@ -8,7 +8,7 @@ use super::checks::stat_entry;
 use super::error::{Result, core};
 use super::grant::Dir;
 use super::limits::MAX_DEPTH;
-use super::operation::{Changes, Done};
+use super::operation::{Changes, Done, Ended};
 use crate::durable::{self, Cancel, EntryKind, Options, Outcome, Plan, ReadLimits, Report, Tree};
 
 /// The parent `rel` beneath `dir`, or `None` when some part is missing.
@@ -94,12 +94,12 @@ pub(crate) fn remove(
     cancel: &Cancel<'_>,
 ) -> Result<(Done, bool)> {
     Ok(match stat_entry(parent, name)? {
-        None => (Done::just("unchanged"), false),
+        None => (Done::just(Ended::Unchanged), false),
         Some((is_dir, _)) => {
             let removed = if is_dir { count_files(dir.fd.as_fd(), path, cancel)? } else { 1 };
             let shown = if is_dir { format!("{name}/") } else { name.to_owned() };
             let plan = Changes { removed: vec![shown], ..Changes::default() };
-            (Done { outcome: "removed", written: 0, removed, bytes: 0, plan: Some(plan) }, true)
+            (Done { outcome: Ended::Removed, written: 0, removed, bytes: 0, plan: Some(plan) }, true)
         }
     })
 }
@@ -116,7 +116,7 @@ pub(crate) fn exchange(
     must_exist(fa, na, a)?;
     must_exist(fb, nb, b)?;
     let plan = Changes { changed: vec![a.to_owned(), b.to_owned()], ..Changes::default() };
-    Ok((Done { plan: Some(plan), ..Done::just("exchanged") }, ()))
+    Ok((Done { plan: Some(plan), ..Done::just(Ended::Exchanged) }, ()))
 }
 
 /// Regular files beneath `rel` (a dry-run removal's count): iterative, no

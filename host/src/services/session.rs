@@ -9,9 +9,9 @@ use std::time::Instant;
 use super::error::{Error, Result};
 use super::grant::{Dir, Grant};
 use super::hooks::Hooks;
-use super::limits::{Limits, MAX_OPEN_DIRS, human_ms};
+use super::limits::{MAX_OPEN_DIRS, PluginLimits, human_ms};
 use super::log_rate::LogRate;
-use super::operation::{Done, Operation};
+use super::operation::{Done, Ended, Op, Operation};
 use crate::durable::{Cancel, Flush, Options};
 
 /// What a run's log budget has taken so far.
@@ -46,7 +46,7 @@ pub enum LogVerdict {
 pub struct Session {
     pub(crate) plugin: String,
     pub(crate) roots: BTreeMap<String, Grant>,
-    pub(crate) limits: Limits,
+    pub(crate) limits: PluginLimits,
     pub(crate) dry_run: bool,
     written_bytes: u64,
     written_files: u64,
@@ -71,7 +71,7 @@ pub struct Session {
 impl Session {
     /// A run of `plugin` with these grants and limits; `dry_run` plans every
     /// change instead of making it.
-    pub fn new(plugin: &str, roots: BTreeMap<String, Grant>, limits: Limits, dry_run: bool) -> Self {
+    pub fn new(plugin: &str, roots: BTreeMap<String, Grant>, limits: PluginLimits, dry_run: bool) -> Self {
         Session {
             plugin: plugin.to_owned(),
             roots,
@@ -142,7 +142,7 @@ impl Session {
     }
 
     /// The run's limits.
-    pub fn limits(&self) -> &Limits {
+    pub fn limits(&self) -> &PluginLimits {
         &self.limits
     }
 
@@ -292,7 +292,7 @@ impl Session {
     pub(crate) fn record<T>(
         &mut self,
         dir: &Dir,
-        op: &'static str,
+        op: Op,
         shown: String,
         f: impl FnOnce(&mut Self) -> Result<(Done, T)>,
     ) -> Result<T> {
@@ -303,7 +303,7 @@ impl Session {
             root: dir.root.clone(),
             path: shown,
             op,
-            outcome: "failed",
+            outcome: Ended::Failed,
             written: 0,
             removed: 0,
             bytes: 0,
@@ -334,7 +334,7 @@ mod tests {
     use super::*;
     use crate::services::{Access, File};
 
-    fn session(dir: &std::path::Path, limits: Limits) -> Session {
+    fn session(dir: &std::path::Path, limits: PluginLimits) -> Session {
         let grant = Grant::open(dir, Access::ReadWrite, false).unwrap();
         Session::new("t", [("data".to_owned(), grant)].into(), limits, false)
     }
@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn no_call_starts_once_the_deadline_has_passed() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut s = session(tmp.path(), Limits::default());
+        let mut s = session(tmp.path(), PluginLimits::default());
         let root = s.open_root("data").unwrap();
         let past = Instant::now().checked_sub(Duration::from_millis(1)).unwrap();
         let mut s = s.with_deadline(past);
@@ -357,7 +357,7 @@ mod tests {
     #[test]
     fn once_a_budget_is_spent_every_later_call_is_refused_with_it() {
         let tmp = tempfile::tempdir().unwrap();
-        let limits = Limits { write_files: 1, ..Limits::default() };
+        let limits = PluginLimits { write_files: 1, ..PluginLimits::default() };
         let mut s = session(tmp.path(), limits);
         let root = s.open_root("data").unwrap();
         let two = vec![
@@ -376,7 +376,7 @@ mod tests {
     fn depth_counts_from_the_root_whatever_the_handle() {
         use crate::services::MAX_DEPTH;
         let tmp = tempfile::tempdir().unwrap();
-        let mut s = session(tmp.path(), Limits::default());
+        let mut s = session(tmp.path(), PluginLimits::default());
         let root = s.open_root("data").unwrap();
         let third = MAX_DEPTH / 3;
         let chain = ["d"; MAX_DEPTH / 3].join("/");
