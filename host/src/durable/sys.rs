@@ -303,6 +303,48 @@ pub(crate) fn kind_of(ft: rustix::fs::FileType) -> Kind {
     }
 }
 
+/// Whether an unlink on the file system holding `fd` waits for the device:
+/// ext4 mounted with the `discard` option, which issues each freed
+/// extent's discard in line. Unlinks from several threads overlap those
+/// waits there; everywhere else they only contend for the directory's lock
+/// (1000 files on this machine, sequential against 16 threads: ~120 against
+/// ~30 ms on the root ext4 with `discard`, 15 against 15 ms on ext4 without
+/// it, 20 against 44 ms on xfs, 23 against 35 ms on btrfs).
+pub(crate) fn unlinks_wait_for_discards(fd: BorrowedFd<'_>) -> bool {
+    let ext4 = rustix::fs::fstatfs(fd).is_ok_and(|st| st.f_type as u64 == 0xEF53);
+    let Ok(st) = rustix::fs::fstat(fd) else { return false };
+    ext4 && read_mountinfo().is_some_and(|info| {
+        mount_options(&info, rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev))
+            .is_some_and(|opts| opts.split(',').any(|o| o == "discard"))
+    })
+}
+
+/// The most of `/proc/self/mountinfo` read (a node with thousands of
+/// container mounts has a few hundred KiB).
+const MAX_MOUNTINFO_BYTES: u64 = 4 << 20;
+
+fn read_mountinfo() -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open("/proc/self/mountinfo")
+        .ok()?
+        .take(MAX_MOUNTINFO_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// The super-block options (`rw,discard,…`) of the file system whose device
+/// is `major:minor`, from the text of `/proc/self/mountinfo` (`ID PARENT
+/// MAJ:MIN ROOT POINT OPTIONS [TAGS…] - TYPE SOURCE SUPER_OPTIONS`).
+fn mount_options(mountinfo: &str, major: u32, minor: u32) -> Option<&str> {
+    let dev = format!("{major}:{minor}");
+    mountinfo.lines().find_map(|line| {
+        let (head, tail) = line.split_once(" - ")?;
+        (head.split(' ').nth(2)? == dev).then(|| tail.split(' ').nth(2))?
+    })
+}
+
 /// The name of the file system holding `fd`, for "unsupported" errors.
 pub(crate) fn fs_name(fd: BorrowedFd<'_>) -> String {
     let Ok(st) = rustix::fs::fstatfs(fd) else {
@@ -328,4 +370,21 @@ pub(crate) fn fs_name(fd: BorrowedFd<'_>) -> String {
         _ => return format!("file system type {magic:#x}"),
     };
     name.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_options_are_the_super_block_options_of_the_device() {
+        let info = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,resv_strict\n\
+                    40 27 7:2 / /mnt/x rw,relatime shared:5 - xfs /dev/loop2 rw,inode64\n\
+                    41 27 0:45 / /mnt/b rw - btrfs /dev/loop3 rw,discard=async,subvol=/";
+        assert_eq!(mount_options(info, 254, 0), Some("rw,discard,resv_strict"));
+        assert_eq!(mount_options(info, 7, 2), Some("rw,inode64"), "optional tags before the separator");
+        assert_eq!(mount_options(info, 0, 45), Some("rw,discard=async,subvol=/"));
+        assert_eq!(mount_options(info, 8, 1), None);
+        assert_eq!(mount_options("garbage without a separator", 254, 0), None);
+    }
 }
