@@ -47,6 +47,11 @@ pub use durasync::services::Operation as Record;
 /// bytes and files written per run.
 pub use durasync::services::PluginLimits;
 
+/// The name [`PluginLimits`] had before the contract types were gathered in
+/// one crate; kept so vendors' existing tests still build.
+#[deprecated(since = "0.1.0", note = "renamed to `PluginLimits`: one plugin's `[limits]` table")]
+pub type Limits = PluginLimits;
+
 /// One granted root of the fake host.
 #[derive(Debug, Clone)]
 struct RootSpec {
