@@ -140,6 +140,29 @@ impl Tree {
         Ok(())
     }
 
+    /// Give the file at `path`, added with no contents, its `contents`
+    /// (`read_tree` reads the bytes after the walk has checked every path).
+    /// Refused with [`Error::Limit`] when the tree's bytes would pass
+    /// `max_bytes`.
+    pub(crate) fn fill(&mut self, path: &str, contents: Vec<u8>) -> Result<()> {
+        let bytes = self.bytes + contents.len() as u64;
+        if bytes > self.limits.max_bytes {
+            return Err(Error::Limit {
+                what: "bytes in one sync",
+                limit: self.limits.max_bytes,
+                actual: bytes,
+            });
+        }
+        match self.nodes.get_mut(path) {
+            Some(Node::File { contents: old, .. }) if old.is_empty() => {
+                *old = contents;
+                self.bytes = bytes;
+                Ok(())
+            }
+            _ => Err(Error::Duplicate { path: path.to_owned(), reason: "filled twice or not an empty file" }),
+        }
+    }
+
     /// Add a directory with an exact mode (it may also be implied by files).
     pub fn add_dir(&mut self, path: &str, mode: u32) -> Result<()> {
         let parts = split_rel_path(path)?;
@@ -279,6 +302,28 @@ impl Default for RequestLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listed_file_is_filled_once_within_the_byte_limit() {
+        let limits = RequestLimits { max_bytes: 10, ..RequestLimits::default() };
+        let mut t = Tree::with_limits(limits);
+        t.add_file("a", Vec::new(), 0o644).unwrap();
+        t.add_file("b", Vec::new(), 0o644).unwrap();
+        t.add_dir("d", 0o755).unwrap();
+        t.fill("a", b"123456".to_vec()).unwrap();
+        assert_eq!(t.total_bytes(), 6);
+        let err = t.fill("b", b"12345".to_vec()).unwrap_err();
+        assert!(matches!(err, Error::Limit { actual: 11, .. }), "{err:?}");
+        assert_eq!(
+            t.get("b"),
+            Some(&Node::File { contents: Vec::new(), mode: 0o644 }),
+            "b is left as it was"
+        );
+        assert!(t.fill("a", b"x".to_vec()).is_err(), "filled twice");
+        assert!(t.fill("d", b"x".to_vec()).is_err(), "a directory");
+        assert!(t.fill("nope", b"x".to_vec()).is_err(), "not listed");
+        assert_eq!(t.total_bytes(), 6);
+    }
 
     #[test]
     fn nested_files_imply_parent_directories() {

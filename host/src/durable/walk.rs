@@ -2,11 +2,14 @@
 //! link: the reader of CLI sources and of targets to compare against.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::OnceLock;
 
 use rustix::fs::{Mode, OFlags};
 
 use super::cancel::Cancel;
 use super::error::{Error, Result, Step};
+use super::parallel;
+use super::resolve::open_file_beneath;
 use super::sys::{Kind, join, kind_at, kind_of, open_dir, open_file};
 use super::tree::{MODE_MASK, RequestLimits, Tree};
 
@@ -289,7 +292,12 @@ pub(crate) fn read_file_at(
     cancel: &Cancel<'_>,
 ) -> Result<Vec<u8>> {
     let fd: OwnedFd = open_file(dir, name, path)?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
+    read_open_file(&fd, path, max, cancel)
+}
+
+/// [`read_file_at`] of a file already opened for reading.
+pub(crate) fn read_open_file(fd: &OwnedFd, path: &str, max: u64, cancel: &Cancel<'_>) -> Result<Vec<u8>> {
+    let st = rustix::fs::fstat(fd).map_err(|e| Error::io(Step::Read, path, e))?;
     if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File {
         return Err(Error::NotAFile { path: path.to_owned() });
     }
@@ -316,7 +324,7 @@ pub(crate) fn read_file_at(
             let room = (buf.len() as u64 + 1).min(1 << 20).min(max + 1 - buf.len() as u64);
             buf.reserve_exact(room as usize);
         }
-        match rustix::io::read(&fd, rustix::buffer::spare_capacity(&mut buf)) {
+        match rustix::io::read(fd, rustix::buffer::spare_capacity(&mut buf)) {
             Ok(0) => break,
             Ok(_) if buf.len() as u64 > max => return Err(too_large(buf.len() as u64)),
             Ok(_) if buf.len() as u64 == size && buf.len() < buf.capacity() => break,
@@ -331,7 +339,15 @@ pub(crate) fn read_file_at(
 /// Read the tree at `name` in `parent` (a CLI source): every regular file
 /// with its bytes and mode, every directory with its mode. Anything else (a
 /// symlink, a fifo, a device) is an error naming it. Limits are enforced
-/// while reading, so a huge source fails early.
+/// while walking, from the sizes the walk sees, so a huge source fails
+/// before a byte of it is read.
+///
+/// The walk checks every path and kind first (one `statat` each); then the
+/// files are read from up to as many threads as there are CPUs (reading
+/// from the page cache is CPU work: copies and page faults), each opened
+/// beneath the root again (a link put on the way since is refused), checked
+/// with `fstat` and read against the bytes left; the first failure in walk
+/// order is the one reported.
 pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &RequestLimits) -> Result<Tree> {
     match kind_at(parent, name, path)?.0 {
         Kind::Dir => {}
@@ -341,37 +357,73 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
     }
     let root = open_dir(parent, name, path)?;
     let mut tree = Tree::with_limits(*limits);
+    let mut files: Vec<(String, u64)> = Vec::new();
+    let mut listed = 0u64;
     walk(root.as_fd(), path, &mut |seen| {
         let shown = join(path, &seen.path);
         match seen.kind {
             Kind::Dir => tree.add_dir(&seen.path, seen.mode),
             Kind::File => {
-                if tree.total_bytes() + seen.size > limits.max_bytes {
+                listed += seen.size;
+                if listed > limits.max_bytes {
                     return Err(Error::Limit {
                         what: "bytes in one sync",
                         limit: limits.max_bytes,
-                        actual: tree.total_bytes() + seen.size,
+                        actual: listed,
                     });
                 }
-                let left = limits.max_bytes - tree.total_bytes();
-                let contents = read_file_at(seen.parent, seen.name, &shown, left, &Cancel::NEVER).map_err(
-                    |e| match e {
-                        // Grown since it was listed: the sync's own limit.
-                        Error::TooLarge { actual, .. } => Error::Limit {
-                            what: "bytes in one sync",
-                            limit: limits.max_bytes,
-                            actual: tree.total_bytes() + actual,
-                        },
-                        e => e,
-                    },
-                )?;
-                tree.add_file(&seen.path, contents, seen.mode)?;
-                tree.check_limits(limits)
+                tree.add_file(&seen.path, Vec::new(), seen.mode)?;
+                tree.check_limits(limits)?;
+                files.push((seen.path.clone(), seen.size));
+                Ok(())
             }
             Kind::Symlink => Err(Error::UnsupportedEntry { path: shown, kind: "symbolic link" }),
             Kind::Other(kind) => Err(Error::UnsupportedEntry { path: shown, kind }),
             Kind::Missing => Ok(()),
         }
     })?;
+    // Each file may hold what the others, as listed, leave of the budget;
+    // `Tree::fill` checks the total of what was really read.
+    let read: Vec<OnceLock<Result<Vec<u8>>>> = files.iter().map(|_| OnceLock::new()).collect();
+    let indexed: Vec<usize> = (0..files.len()).collect();
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = if files.len() >= PARALLEL_READ_MIN { cpus.min(READ_THREADS) } else { 1 };
+    let _ = parallel::try_for_each(&indexed, threads, |&i| {
+        let (rel, size) = &files[i];
+        let shown = join(path, rel);
+        let left = limits.max_bytes - (listed - size);
+        let got = open_file_beneath(root.as_fd(), rel, &shown)
+            .and_then(|fd| read_open_file(&fd, &shown, left, &Cancel::NEVER))
+            .map_err(|e| match e {
+                // Grown since it was listed: the sync's own limit.
+                Error::TooLarge { actual, .. } => Error::Limit {
+                    what: "bytes in one sync",
+                    limit: limits.max_bytes,
+                    actual: listed - size + actual,
+                },
+                e => e,
+            });
+        let failed = got.is_err();
+        let _ = read[i].set(got);
+        // Stops handing out files; those before this one still finish, so
+        // the first failure in walk order is among the results.
+        if failed { Err(Error::Cancelled { path: shown }) } else { Ok(()) }
+    });
+    for ((rel, _), slot) in files.iter().zip(read) {
+        match slot.into_inner() {
+            Some(Ok(contents)) => tree.fill(rel, contents)?,
+            Some(Err(e)) => return Err(e),
+            // Not handed out because an earlier file failed: files are
+            // handed out in walk order and every one handed out finishes,
+            // so that failure was returned above before this one is met.
+            None => return Err(Error::Cancelled { path: join(path, rel) }),
+        }
+    }
     Ok(tree)
 }
+
+/// From this many files on, a source is read from several threads.
+const PARALLEL_READ_MIN: usize = 64;
+
+/// Most threads reading a source (never more than the CPUs).
+const READ_THREADS: usize = 4;
