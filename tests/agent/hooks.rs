@@ -153,7 +153,7 @@ fn an_openssl_validator_refuses_a_truncated_certificate_through_durasync_run() {
         root.display()
     );
     std::fs::write(t.join("plugin.toml"), manifest).unwrap();
-    let run = |input: &[u8]| run_manifest(t, input);
+    let run = |input: &[u8]| run_manifest(t, input, &[]);
     let out = run(&secret_list(&crt, &key));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let target = root.join("secrets/tls");
@@ -188,16 +188,7 @@ fn a_dry_run_lists_the_guardrails_validators_and_actions_a_change_would_meet_and
         t.join("ran").display()
     );
     std::fs::write(t.join("plugin.toml"), manifest).unwrap();
-    std::fs::write(t.join("input.json"), secret_list(b"crt", b"key")).unwrap();
-    let out = Command::new(support::durasync())
-        .arg("run")
-        .arg(t.join("plugin.toml"))
-        .args(["--dry-run", "--input"])
-        .arg(t.join("input.json"))
-        .arg("--cache-dir")
-        .arg(super::shared_cache())
-        .output()
-        .unwrap();
+    let out = run_manifest(t, &secret_list(b"crt", b"key"), &["--dry-run"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     for line in [
@@ -227,7 +218,7 @@ fn a_root_with_min_files_refuses_a_plugin_s_removal_and_keeps_the_directory() {
         root.display()
     );
     std::fs::write(t.join("plugin.toml"), manifest).unwrap();
-    let run = |input: &[u8]| run_manifest(t, input);
+    let run = |input: &[u8]| run_manifest(t, input, &[]);
     let out = run(&secret_list(b"crt", b"key"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let target = root.join("secrets/tls");
@@ -239,13 +230,14 @@ fn a_root_with_min_files_refuses_a_plugin_s_removal_and_keeps_the_directory() {
     assert_eq!(snap(&target), before, "the directory was removed or changed");
 }
 
-/// `durasync run DIR/plugin.toml --input DIR/input.json` (the file written
-/// with `input` first), with the tests' shared compile cache.
-fn run_manifest(dir: &Path, input: &[u8]) -> std::process::Output {
+/// `durasync run DIR/plugin.toml ARGS… --input DIR/input.json` (the file
+/// written with `input` first), with the tests' shared compile cache.
+fn run_manifest(dir: &Path, input: &[u8], args: &[&str]) -> std::process::Output {
     std::fs::write(dir.join("input.json"), input).unwrap();
     Command::new(support::durasync())
         .arg("run")
         .arg(dir.join("plugin.toml"))
+        .args(args)
         .arg("--input")
         .arg(dir.join("input.json"))
         .arg("--cache-dir")

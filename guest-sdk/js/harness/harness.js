@@ -3,8 +3,12 @@
 // layer over temporary or given directories, with a manifest's limits, dry
 // runs and operation records) as JSON lines.
 //
-//   const host = Harness.start({ roots: ["out"] });
-//   try { run("{}", bytes); assert.deepEqual(host.files("out"), …); } finally { host.close(); }
+//   withHarness({ roots: ["out"] }, (host) => {
+//     run("{}", bytes);
+//     assert.deepEqual(host.files("out"), …);
+//   });
+//
+// (or `Harness.start(…)` and `host.close()` by hand).
 //
 // A plugin's calls are synchronous, so the pipes are two FIFOs read and
 // written with synchronous fs calls. The binary is $DURASYNC, else
@@ -147,5 +151,16 @@ export class Harness {
     fs.closeSync(this.out);
     fs.closeSync(this.in);
     fs.rmSync(this.tmp, { recursive: true, force: true });
+  }
+}
+
+/** Start a session with `options` (see `Harness.start`), call `body(host)`,
+ * and close the session however `body` ends. */
+export function withHarness(options, body) {
+  const host = Harness.start(options);
+  try {
+    return body(host);
+  } finally {
+    host.close();
   }
 }

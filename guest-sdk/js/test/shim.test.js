@@ -7,16 +7,7 @@ import { test } from "node:test";
 import { openRoot } from "durasync:plugin/fs@0.1.0";
 import { log } from "durasync:plugin/log@0.1.0";
 import * as durasync from "../durasync.js";
-import { Harness, HarnessTrap } from "../harness/harness.js";
-
-function withHarness(options, body) {
-  const host = Harness.start(options);
-  try {
-    body(host);
-  } finally {
-    host.close();
-  }
-}
+import { HarnessTrap, withHarness } from "../harness/harness.js";
 
 const bytes = (...b) => new Uint8Array(b);
 

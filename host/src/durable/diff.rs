@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::error::{Error, Result, Step};
 use super::parallel;
 use super::resolve::open_file_beneath;
-use super::sys::{Kind, join, kind_of, open_file};
+use super::sys::{Kind, join, kind_of};
 use super::tree::{Node, RequestLimits, Tree};
 use super::walk::walk;
 
@@ -133,26 +133,6 @@ fn compare_in(
     Ok(plan)
 }
 
-/// From this many files on, contents are compared from several threads.
-const PARALLEL_COMPARE_MIN: usize = 64;
-
-/// Most threads comparing contents. Reading from the page cache is CPU
-/// work, so a few threads help on small machines and more would only
-/// contend.
-const COMPARE_THREADS: usize = 4;
-
-/// The threads that compare `files` files: one for a few, else
-/// [`COMPARE_THREADS`] but never more than the CPUs this process may use
-/// (on 2 CPUs, 1000 unchanged files: 8.6–9.4 ms from 2 threads, 9.1–10.0 ms
-/// from 4, 10.0–12.0 ms from 1).
-fn compare_threads(files: usize) -> usize {
-    if files < PARALLEL_COMPARE_MIN {
-        return 1;
-    }
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    COMPARE_THREADS.min(cpus).max(1)
-}
-
 /// The candidates whose bytes differ from the file at their path beneath
 /// `dir`, and those that hold exactly their bytes with the identity of the
 /// file read. With `full` false, stops at the first difference found.
@@ -163,7 +143,7 @@ fn changed_contents(
     candidates: &[(&str, &[u8])],
     full: bool,
 ) -> Result<(Vec<String>, Vec<(String, FileId)>)> {
-    let threads = compare_threads(candidates.len());
+    let threads = parallel::per_file_threads(candidates.len());
     let found = AtomicBool::new(false);
     let changed = std::sync::Mutex::new(Vec::new());
     let same = std::sync::Mutex::new(Vec::new());
@@ -247,10 +227,7 @@ pub(crate) fn same_tree(
             {
                 if inline < SAME_INLINE {
                     inline += 1;
-                    let shown = join(target_path, &seen.path);
-                    let ours = open_file_beneath(src, &seen.path, &shown)?;
-                    let theirs = open_file(seen.parent, seen.name, &shown)?;
-                    if !same_bytes(&ours, &theirs, size) {
+                    if !same_file(src, target, target_path, &seen.path, size) {
                         return Err(stop());
                     }
                 } else {
@@ -267,14 +244,22 @@ pub(crate) fn same_tree(
         return false;
     }
     // 3. The bytes, only now that nothing else differs.
-    let threads = compare_threads(files.len());
+    let threads = parallel::per_file_threads(files.len());
     parallel::try_for_each(&files, threads, |(rel, size)| {
-        let shown = join(target_path, rel);
-        let ours = open_file_beneath(src, rel, &shown)?;
-        let theirs = open_file_beneath(target, rel, &shown)?;
-        if same_bytes(&ours, &theirs, *size) { Ok(()) } else { Err(stop()) }
+        if same_file(src, target, target_path, rel, *size) { Ok(()) } else { Err(stop()) }
     })
     .is_ok()
+}
+
+/// Whether the regular files at `rel` beneath `src` and `target` both hold
+/// exactly `size` bytes, the same ones ([`same_bytes`]); a file that cannot
+/// be opened is "not the same".
+fn same_file(src: BorrowedFd<'_>, target: BorrowedFd<'_>, target_path: &str, rel: &str, size: u64) -> bool {
+    let shown = join(target_path, rel);
+    match (open_file_beneath(src, rel, &shown), open_file_beneath(target, rel, &shown)) {
+        (Ok(ours), Ok(theirs)) => same_bytes(&ours, &theirs, size),
+        _ => false,
+    }
 }
 
 /// How many files [`same_tree`] compares while it walks the target, before

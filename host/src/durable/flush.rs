@@ -172,8 +172,7 @@ pub(crate) fn choose(
     // work in the page cache, and creating names in one directory takes its
     // lock in turn, so threads beyond the CPUs only spin on that lock
     // (`rwsem_spin_on_owner` was 6 % of a 1000-file sync's profile with 16).
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    let syncfs = |why: String| Chosen { syncfs: true, threads: threads.min(cpus), why };
+    let syncfs = |why: String| Chosen { syncfs: true, threads: super::parallel::cpu_threads(threads), why };
     let kernel_ok = kernel_reports_syncfs_errors();
     match flush {
         Flush::Fsync => Ok(fsync("--flush fsync".into())),

@@ -6,6 +6,29 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::error::{Error, Result};
 
+/// Threads for work that never waits for the disk (copies in the page
+/// cache, directory operations): at most `max`, and never more than the
+/// CPUs this process may use, since more would only take turns.
+pub(crate) fn cpu_threads(max: usize) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    max.min(cpus).max(1)
+}
+
+/// From this many files on, reading or comparing file contents (page-cache
+/// copies: CPU work) is spread over threads.
+const PER_FILE_PARALLEL_MIN: usize = 64;
+
+/// Most threads reading or comparing file contents.
+const PER_FILE_THREADS: usize = 4;
+
+/// The threads that read or compare the contents of `files` files: one for
+/// a few, else [`PER_FILE_THREADS`] but never more than the CPUs (on 2
+/// CPUs, 1000 unchanged files compared: 8.6–9.4 ms from 2 threads,
+/// 9.1–10.0 ms from 4, 10.0–12.0 ms from 1).
+pub(crate) fn per_file_threads(files: usize) -> usize {
+    if files < PER_FILE_PARALLEL_MIN { 1 } else { cpu_threads(PER_FILE_THREADS) }
+}
+
 /// Call `step` on every item from up to `threads` scoped threads, each
 /// taking the next item as it finishes one. Stops handing out items at the
 /// first error and returns it (the first one recorded); steps already

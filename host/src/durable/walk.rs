@@ -14,13 +14,9 @@ use super::sys::{Kind, join, kind_at, kind_of, open_dir, open_file};
 use super::tree::{MODE_MASK, RequestLimits, Tree};
 
 /// One entry met while walking a directory on disk.
-pub(crate) struct Seen<'a> {
+pub(crate) struct Seen {
     /// Path relative to the walked directory.
     pub path: String,
-    /// The directory holding it.
-    pub parent: BorrowedFd<'a>,
-    /// Its name in `parent`.
-    pub name: &'a str,
     /// What it is.
     pub kind: Kind,
     /// Its permission bits.
@@ -162,7 +158,7 @@ impl<'r> DirStack<'r> {
 pub(crate) fn walk(
     dir: BorrowedFd<'_>,
     dir_path: &str,
-    visit: &mut dyn FnMut(&Seen<'_>) -> Result<()>,
+    visit: &mut dyn FnMut(&Seen) -> Result<()>,
 ) -> Result<()> {
     let mut stack = DirStack::new(dir, dir_path);
     // The names still to visit in each directory of the path, last first.
@@ -180,14 +176,7 @@ pub(crate) fn walk(
         let st = rustix::fs::statat(parent, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| Error::io(Step::Read, stack.child_path(&name), e))?;
         let kind = kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _));
-        let seen = Seen {
-            path: rel,
-            parent,
-            name: &name,
-            kind,
-            mode: st.st_mode & MODE_MASK,
-            size: st.st_size as u64,
-        };
+        let seen = Seen { path: rel, kind, mode: st.st_mode & MODE_MASK, size: st.st_size as u64 };
         visit(&seen)?;
         if kind == Kind::Dir {
             stack.push(&name)?;
@@ -357,7 +346,7 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
     }
     let root = open_dir(parent, name, path)?;
     let mut tree = Tree::with_limits(*limits);
-    let mut files: Vec<(String, u64)> = Vec::new();
+    let mut files: Vec<Listed> = Vec::new();
     let mut listed = 0u64;
     walk(root.as_fd(), path, &mut |seen| {
         let shown = join(path, &seen.path);
@@ -374,7 +363,7 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
                 }
                 tree.add_file(&seen.path, Vec::new(), seen.mode)?;
                 tree.check_limits(limits)?;
-                files.push((seen.path.clone(), seen.size));
+                files.push(Listed { rel: seen.path.clone(), size: seen.size, read: OnceLock::new() });
                 Ok(())
             }
             Kind::Symlink => Err(Error::UnsupportedEntry { path: shown, kind: "symbolic link" }),
@@ -384,46 +373,43 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
     })?;
     // Each file may hold what the others, as listed, leave of the budget;
     // `Tree::fill` checks the total of what was really read.
-    let read: Vec<OnceLock<Result<Vec<u8>>>> = files.iter().map(|_| OnceLock::new()).collect();
-    let indexed: Vec<usize> = (0..files.len()).collect();
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    let threads = if files.len() >= PARALLEL_READ_MIN { cpus.min(READ_THREADS) } else { 1 };
-    let _ = parallel::try_for_each(&indexed, threads, |&i| {
-        let (rel, size) = &files[i];
-        let shown = join(path, rel);
-        let left = limits.max_bytes - (listed - size);
-        let got = open_file_beneath(root.as_fd(), rel, &shown)
-            .and_then(|fd| read_open_file(&fd, &shown, left, &Cancel::NEVER))
+    let _ = parallel::try_for_each(&files, parallel::per_file_threads(files.len()), |file| {
+        let shown = join(path, &file.rel);
+        let others = listed - file.size;
+        let got = open_file_beneath(root.as_fd(), &file.rel, &shown)
+            .and_then(|fd| read_open_file(&fd, &shown, limits.max_bytes - others, &Cancel::NEVER))
             .map_err(|e| match e {
                 // Grown since it was listed: the sync's own limit.
                 Error::TooLarge { actual, .. } => Error::Limit {
                     what: "bytes in one sync",
                     limit: limits.max_bytes,
-                    actual: listed - size + actual,
+                    actual: others + actual,
                 },
                 e => e,
             });
         let failed = got.is_err();
-        let _ = read[i].set(got);
+        let _ = file.read.set(got);
         // Stops handing out files; those before this one still finish, so
         // the first failure in walk order is among the results.
         if failed { Err(Error::Cancelled { path: shown }) } else { Ok(()) }
     });
-    for ((rel, _), slot) in files.iter().zip(read) {
-        match slot.into_inner() {
-            Some(Ok(contents)) => tree.fill(rel, contents)?,
+    for file in files {
+        match file.read.into_inner() {
+            Some(Ok(contents)) => tree.fill(&file.rel, contents)?,
             Some(Err(e)) => return Err(e),
             // Not handed out because an earlier file failed: files are
             // handed out in walk order and every one handed out finishes,
             // so that failure was returned above before this one is met.
-            None => return Err(Error::Cancelled { path: join(path, rel) }),
+            None => return Err(Error::Cancelled { path: join(path, &file.rel) }),
         }
     }
     Ok(tree)
 }
 
-/// From this many files on, a source is read from several threads.
-const PARALLEL_READ_MIN: usize = 64;
-
-/// Most threads reading a source (never more than the CPUs).
-const READ_THREADS: usize = 4;
+/// A regular file the walk of a source listed: its path, the size the walk
+/// saw, and what reading it gave.
+struct Listed {
+    rel: String,
+    size: u64,
+    read: OnceLock<Result<Vec<u8>>>,
+}

@@ -99,15 +99,22 @@ pub fn parse_guard(rt: &toml::Table, key: &str) -> Result<Guard, Bad> {
 
 const VALIDATE_KEYS: &[&str] = &["name", "root", "path", "command", "timeout_ms"];
 
-/// The `[[validate]]` array; `roots` are the granted root names.
-pub fn parse_validators(v: Option<&toml::Value>, roots: &[&str]) -> Result<Vec<Validator>, Bad> {
-    let Some(v) = v else { return Ok(Vec::new()) };
+/// The entries of the `[[key]]` array of tables, at most [`MAX_HOOKS`]
+/// (`what` names them in the error); none when the key is absent.
+fn hook_tables<'a>(v: Option<&'a toml::Value>, key: &str, what: &str) -> Result<&'a [toml::Value], Bad> {
+    let Some(v) = v else { return Ok(&[]) };
     let toml::Value::Array(items) = v else {
-        return Err(("validate".into(), "must be an array of `[[validate]]` tables".into()));
+        return Err((key.into(), format!("must be an array of `[[{key}]]` tables")));
     };
     if items.len() > MAX_HOOKS {
-        return Err(("validate".into(), format!("may declare at most {MAX_HOOKS} validators")));
+        return Err((key.into(), format!("may declare at most {MAX_HOOKS} {what}")));
     }
+    Ok(items)
+}
+
+/// The `[[validate]]` array; `roots` are the granted root names.
+pub fn parse_validators(v: Option<&toml::Value>, roots: &[&str]) -> Result<Vec<Validator>, Bad> {
+    let items = hook_tables(v, "validate", "validators")?;
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let key = format!("validate[{i}]");
@@ -266,13 +273,7 @@ pub fn parse_actions(
     roots: &[&str],
     base: &std::path::Path,
 ) -> Result<Vec<Action>, Bad> {
-    let Some(v) = v else { return Ok(Vec::new()) };
-    let toml::Value::Array(items) = v else {
-        return Err(("action".into(), "must be an array of `[[action]]` tables".into()));
-    };
-    if items.len() > MAX_HOOKS {
-        return Err(("action".into(), format!("may declare at most {MAX_HOOKS} actions")));
-    }
+    let items = hook_tables(v, "action", "actions")?;
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let key = format!("action[{i}]");

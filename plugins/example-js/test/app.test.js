@@ -9,20 +9,11 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
 
-import { Harness } from "../../../guest-sdk/js/harness/harness.js";
+import { withHarness } from "../../../guest-sdk/js/harness/harness.js";
 import { run } from "../app.js";
 
 const input = (s) => new TextEncoder().encode(s);
 const file = (mode, text) => [mode, Buffer.from(text)];
-
-function withHarness(options, body) {
-  const host = Harness.start(options);
-  try {
-    body(host);
-  } finally {
-    host.close();
-  }
-}
 
 test("lines become files, then unchanged, then replaced", () => {
   withHarness({ roots: ["out"] }, (host) => {
