@@ -230,3 +230,91 @@ fn a_link_that_fails_for_another_reason_still_fails_the_sync_and_changes_nothing
     assert_eq!(snapshot(&s.join("target")), expected(&old_tree(), 0o755));
     assert!(leftovers(s.path()).is_empty());
 }
+
+/// 100 small files `f000`…`f099` (the core samples 16 of them, spread
+/// evenly: `f000`, `f006`, `f012`, … `f093`), and the large ones given; in
+/// the new tree, the files `changed` says get new bytes.
+fn rotation(changed: impl Fn(usize) -> bool, large: &[&str]) -> (Tree, Tree) {
+    let (mut old, mut new) = (Tree::new(), Tree::new());
+    for i in 0..100 {
+        let path = format!("f{i:03}");
+        old.add_file(&path, format!("old bytes of {path}").into_bytes(), 0o644).unwrap();
+        let bytes = if changed(i) { format!("new bytes of {path}") } else { format!("old bytes of {path}") };
+        new.add_file(&path, bytes.into_bytes(), 0o644).unwrap();
+    }
+    for path in large {
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        old.add_file(path, bytes.clone(), 0o644).unwrap();
+        new.add_file(path, bytes, 0o644).unwrap();
+    }
+    (old, new)
+}
+
+/// Files created in the staging tree (the marker is created beside it).
+fn staged_creates(rec: &Recorder) -> usize {
+    rec.keys().into_iter().filter(|k| k.kind == "create" && k.path.starts_with("<stage>/")).count()
+}
+
+fn sampled(i: usize) -> bool {
+    (0..16).any(|k| k * 100 / 16 == i)
+}
+
+#[test]
+fn a_tree_whose_sampled_small_files_all_changed_is_rewritten_without_comparing_the_rest() {
+    // Only the 16 sampled files changed; the other 84 kept their bytes. The
+    // sample says "rewritten", so those 84 are not read: they are written
+    // into fresh inodes like the changed ones, and the result is exact.
+    let s = Scratch::new();
+    let (old, new) = rotation(sampled, &[]);
+    write_tree(&s.join("target"), &old, 0o755);
+    let before = inodes(&s.join("target"));
+    let rec = Recorder::default();
+    let r = durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
+    assert_eq!(r.outcome, Outcome::Replaced);
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
+    let after = inodes(&s.join("target"));
+    assert!(before.keys().all(|p| after[p].0 != before[p].0), "every file is a fresh inode");
+    assert_eq!(rec.count("link"), 0, "nothing is carried");
+    assert_eq!(staged_creates(&rec), 100);
+    assert!(leftovers(s.path()).is_empty());
+}
+
+#[test]
+fn one_sampled_file_unchanged_keeps_every_unchanged_file_carried() {
+    // The same tree, but f000 (the first file sampled) kept its bytes: the
+    // sample does not say "rewritten", every file is compared, and all 85
+    // unchanged files are carried.
+    let s = Scratch::new();
+    let (old, new) = rotation(|i| i != 0 && sampled(i), &[]);
+    write_tree(&s.join("target"), &old, 0o755);
+    let before = inodes(&s.join("target"));
+    let rec = Recorder::default();
+    durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
+    let after = inodes(&s.join("target"));
+    for i in 0..100 {
+        let path = format!("f{i:03}");
+        let carried = i == 0 || !sampled(i);
+        assert_eq!(after[&path].0 == before[&path].0, carried, "{path}: carried {carried}");
+    }
+    assert_eq!(rec.count("link"), 85);
+}
+
+#[test]
+fn large_unchanged_files_are_compared_and_carried_even_when_the_small_ones_were_rewritten() {
+    // Rewriting a large file writes all its bytes back to the disk, so the
+    // sample's verdict on the small files never skips comparing it.
+    let s = Scratch::new();
+    let (old, new) = rotation(|_| true, &["large-a", "large-b"]);
+    write_tree(&s.join("target"), &old, 0o755);
+    let before = inodes(&s.join("target"));
+    let rec = Recorder::default();
+    durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
+    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
+    let after = inodes(&s.join("target"));
+    for large in ["large-a", "large-b"] {
+        assert_eq!(after[large].0, before[large].0, "{large} is carried");
+    }
+    assert_eq!(rec.count("link"), 2);
+    assert_eq!(staged_creates(&rec), 100);
+}

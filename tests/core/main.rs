@@ -7,6 +7,7 @@ mod support;
 #[allow(dead_code)]
 mod common;
 
+mod atime;
 mod bad_input;
 mod cancel;
 mod cli;

@@ -1,16 +1,17 @@
 //! Comparing an existing directory with a requested [`Tree`]: the
 //! unchanged check of every operation and the dry-run plan.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::error::{Error, Result, Step};
 use super::parallel;
 use super::resolve::open_file_beneath;
-use super::sys::{Kind, join, kind_of};
+use super::sys::{Kind, join};
 use super::tree::{Node, RequestLimits, Tree};
-use super::walk::walk;
+use super::walk::{Meta, meta_of, walk};
 
 /// How an existing directory differs from a requested tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,9 +52,9 @@ impl Plan {
 }
 
 /// Compare the existing directory `dir` with `new`. With `full` false, stops
-/// reading file contents at the first difference (enough to decide
-/// "unchanged", and `removed` is still exact); with `full` true every
-/// differing path is listed.
+/// opening files at the first difference (enough to decide "unchanged";
+/// `added` and `removed` are still exact, `changed` may miss files); with
+/// `full` true every differing path is listed.
 pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: bool) -> Result<Plan> {
     compare_in(dir, dir_path, new, full, None)
 }
@@ -62,8 +63,10 @@ pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: boo
 /// rewriting them, by relative path: the inode whose bytes were compared.
 pub(crate) type Carry = HashMap<String, u64>;
 
-/// Compare like [`compare`] with `full` (every candidate's bytes are read)
-/// and also return the files that may be carried: regular files whose
+/// Compare like [`compare`] with `full` and also return the files that may
+/// be carried (every candidate's bytes are read, unless a sample shows the
+/// tree was rewritten, see [`skip_rewritten`]: `changed` then names files
+/// that were not read): regular files whose
 /// bytes and mode are exactly what `new` wants, owned by this process's
 /// user (a rewrite would be, and `protected_hardlinks` refuses linking
 /// another user's file) and with one link only (`st_nlink == 1`: an inode
@@ -85,8 +88,8 @@ fn compare_in(
     let shown = |p: &str, dir: bool| if dir { format!("{p}/") } else { p.to_owned() };
     let mut plan = Plan { exists: true, ..Plan::default() };
     let mut present = std::collections::HashSet::with_capacity(new.len());
-    // Files whose kind, mode and size match: only their bytes can differ.
-    let mut candidates: Vec<(&str, &[u8])> = Vec::new();
+    // Files in both: their mode, size and bytes are compared once opened.
+    let mut candidates: Vec<(&str, &[u8], u32)> = Vec::new();
     let mut differs = false;
     walk(dir, dir_path, &mut |seen| {
         let is_dir = seen.kind == Kind::Dir;
@@ -99,12 +102,11 @@ fn compare_in(
         let same = match node {
             Node::Dir { mode, .. } => is_dir && seen.mode == *mode,
             Node::File { contents, mode } => {
-                let same_meta =
-                    seen.kind == Kind::File && seen.mode == *mode && seen.size == contents.len() as u64;
-                if same_meta {
-                    candidates.push((path, contents.as_slice()));
+                let file = seen.kind == Kind::File;
+                if file {
+                    candidates.push((path, contents.as_slice(), *mode));
                 }
-                same_meta
+                file
             }
         };
         if !same {
@@ -118,13 +120,16 @@ fn compare_in(
             plan.added.push(shown(path, matches!(node, Node::Dir { .. })));
         }
     }
+    if carry.is_some() {
+        plan.changed.extend(skip_rewritten(dir, dir_path, &mut candidates)?);
+    }
     if full || !differs {
         let (changed, same) = changed_contents(dir, dir_path, &candidates, full)?;
         plan.changed.extend(changed);
         if let Some(carry) = carry {
             let uid = rustix::process::geteuid().as_raw();
             carry.extend(
-                same.into_iter().filter(|(_, id)| id.nlink == 1 && id.uid == uid).map(|(p, id)| (p, id.ino)),
+                same.into_iter().filter(|(_, m)| m.nlink == 1 && m.uid == uid).map(|(p, m)| (p, m.ino)),
             );
         }
     }
@@ -133,26 +138,83 @@ fn compare_in(
     Ok(plan)
 }
 
-/// The candidates whose bytes differ from the file at their path beneath
-/// `dir`, and those that hold exactly their bytes with the identity of the
-/// file read. With `full` false, stops at the first difference found.
+/// A sync compares a sample of its small candidates first once it has at
+/// least this many.
+const SAMPLE_FROM: usize = 64;
+
+/// How many small candidates, spread evenly over the tree, are sampled.
+const SAMPLE: usize = 16;
+
+/// Candidates up to this size are small: reading one to compare it costs
+/// about what writing it afresh costs (an `open`, one read and a `close`
+/// against a `create`, one write and a `close`, and a page of write-back).
+const SMALL: usize = 64 << 10;
+
+/// When a sync's tree was rewritten (a rotation: every file has new
+/// bytes), comparing each file only to find it changed is wasted work that
+/// costs about as much as writing it. So once there are [`SAMPLE_FROM`]
+/// small candidates, [`SAMPLE`] of them spread evenly over the tree are
+/// compared first; when every one of those differs, all small candidates
+/// are taken out of `candidates` and returned as changed, to be written
+/// afresh without being read. Anything else (one sampled file the same)
+/// leaves `candidates` alone, and every file is compared as usual.
+///
+/// Only what a sync carries is affected, never a result: a file that is
+/// in fact unchanged is then written into a fresh inode instead of being
+/// linked, as a marked target's files always are. If a fraction `p` of the
+/// small files were unchanged, all sampled ones differ with probability
+/// `(1 - p)^16` (under 3 % for `p` = 0.2), so at most a small share is
+/// rewritten that could have been carried. The one-file path and the
+/// unchanged answer are never taken on a skipped compare: 16 files differ.
+/// Larger files are always compared (rewriting one writes all its bytes
+/// back to the disk).
+fn skip_rewritten(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    candidates: &mut Vec<(&str, &[u8], u32)>,
+) -> Result<Vec<String>> {
+    let small: Vec<usize> = (0..candidates.len()).filter(|&i| candidates[i].1.len() <= SMALL).collect();
+    if small.len() < SAMPLE_FROM {
+        return Ok(Vec::new());
+    }
+    for k in 0..SAMPLE {
+        let (rel, expected, mode) = candidates[small[k * small.len() / SAMPLE]];
+        if file_match(dir, rel, &join(dir_path, rel), expected, Some(mode))?.is_some() {
+            return Ok(Vec::new());
+        }
+    }
+    let mut skipped = Vec::with_capacity(small.len());
+    candidates.retain(|(rel, expected, _)| {
+        let is_small = expected.len() <= SMALL;
+        if is_small {
+            skipped.push((*rel).to_owned());
+        }
+        !is_small
+    });
+    Ok(skipped)
+}
+
+/// The candidates whose mode, size or bytes differ from the file at their
+/// path beneath `dir`, and those that hold exactly their mode and bytes
+/// with the identity of the file read. With `full` false, stops at the
+/// first difference found.
 #[allow(clippy::type_complexity)]
 fn changed_contents(
     dir: BorrowedFd<'_>,
     dir_path: &str,
-    candidates: &[(&str, &[u8])],
+    candidates: &[(&str, &[u8], u32)],
     full: bool,
-) -> Result<(Vec<String>, Vec<(String, FileId)>)> {
+) -> Result<(Vec<String>, Vec<(String, Meta)>)> {
     let threads = parallel::per_file_threads(candidates.len());
     let found = AtomicBool::new(false);
     let changed = std::sync::Mutex::new(Vec::new());
     let same = std::sync::Mutex::new(Vec::new());
-    parallel::try_for_each(candidates, threads, |(rel, expected)| {
+    parallel::try_for_each(candidates, threads, |(rel, expected, mode)| {
         if !full && found.load(Ordering::Relaxed) {
             return Ok(());
         }
-        match file_match(dir, rel, &join(dir_path, rel), expected)? {
-            Some(id) => same.lock().unwrap_or_else(|p| p.into_inner()).push(((*rel).to_owned(), id)),
+        match file_match(dir, rel, &join(dir_path, rel), expected, Some(*mode))? {
+            Some(meta) => same.lock().unwrap_or_else(|p| p.into_inner()).push(((*rel).to_owned(), meta)),
             None => {
                 found.store(true, Ordering::Relaxed);
                 changed.lock().unwrap_or_else(|p| p.into_inner()).push((*rel).to_owned());
@@ -176,10 +238,11 @@ fn changed_contents(
 /// the caller then reads the source as a [`Tree`] and syncs it, which names
 /// any problem.
 ///
-/// Per file: a `statat` on each side (the walks); then, only once every
-/// kind, mode and size agrees, an `open`, one read of size + 1 bytes (a
-/// short read is the end of a regular file) and a `close` on each side,
-/// from several threads for larger trees like [`compare`].
+/// The walks read only the listings (and `open` + `fstat` each
+/// directory); per file pair: an `open` and `fstat` on each side, and once
+/// kind, mode and size agree, one read of size + 1 bytes (a short read is
+/// the end of a regular file) and a `close` on each side, from several
+/// threads for larger trees like [`compare`].
 pub(crate) fn same_tree(
     src: BorrowedFd<'_>,
     src_path: &str,
@@ -192,49 +255,42 @@ pub(crate) fn same_tree(
     // 1. The source's shape, checked by the rules a sync applies (a tree of
     // empty files: no byte is read), and what each path must be.
     let mut shape = Tree::with_limits(*limits);
-    let mut want: HashMap<String, (Kind, u32, u64)> = HashMap::new();
-    let mut bytes = 0u64;
+    let mut want: HashMap<String, (Kind, u32)> = HashMap::new();
     let shaped = walk(src, src_path, &mut |seen| {
         match seen.kind {
             Kind::Dir => shape.add_dir(&seen.path, seen.mode)?,
-            Kind::File => {
-                bytes += seen.size;
-                if bytes > limits.max_bytes {
-                    return Err(stop());
-                }
-                shape.add_file(&seen.path, Vec::new(), seen.mode)?;
-            }
+            Kind::File => shape.add_file(&seen.path, Vec::new(), 0)?,
             _ => return Err(stop()),
         }
-        want.insert(seen.path.clone(), (seen.kind, seen.mode, seen.size));
+        want.insert(seen.path.clone(), (seen.kind, seen.mode));
         Ok(())
     });
     if shaped.is_err() {
         return false;
     }
     drop(shape);
-    // 2. The target's metadata, entry by entry: every entry of the source
-    // met, nothing else. The bytes of the first few files are compared
-    // right away: a tree whose files all changed (a rotation) is then told
-    // apart after one file, not after a walk of the whole target.
-    let mut files: Vec<(String, u64)> = Vec::new();
+    // 2. The target, entry by entry: every entry of the source met, nothing
+    // else. The first few files are compared right away: a tree whose files
+    // all changed (a rotation) is then told apart after one file, not after
+    // a walk of the whole target.
+    let bytes = AtomicU64::new(0);
+    let same = |rel: &str| same_file(src, target, target_path, rel, &bytes, limits.max_bytes);
+    let mut files: Vec<String> = Vec::new();
     let mut inline = 0usize;
     let mut met = 0usize;
     let walked = walk(target, target_path, &mut |seen| {
         match want.get(&seen.path) {
-            Some(&(Kind::File, mode, size))
-                if seen.kind == Kind::File && seen.mode == mode && seen.size == size =>
-            {
+            Some(&(Kind::File, _)) if seen.kind == Kind::File => {
                 if inline < SAME_INLINE {
                     inline += 1;
-                    if !same_file(src, target, target_path, &seen.path, size) {
+                    if !same(&seen.path) {
                         return Err(stop());
                     }
                 } else {
-                    files.push((seen.path.clone(), size));
+                    files.push(seen.path.clone());
                 }
             }
-            Some(&(Kind::Dir, mode, _)) if seen.kind == Kind::Dir && seen.mode == mode => {}
+            Some(&(Kind::Dir, mode)) if seen.kind == Kind::Dir && seen.mode == mode => {}
             _ => return Err(stop()),
         }
         met += 1;
@@ -243,31 +299,53 @@ pub(crate) fn same_tree(
     if walked.is_err() || met != want.len() {
         return false;
     }
-    // 3. The bytes, only now that nothing else differs.
+    // 3. The rest of the files.
     let threads = parallel::per_file_threads(files.len());
-    parallel::try_for_each(&files, threads, |(rel, size)| {
-        if same_file(src, target, target_path, rel, *size) { Ok(()) } else { Err(stop()) }
-    })
-    .is_ok()
+    parallel::try_for_each(&files, threads, |rel| if same(rel) { Ok(()) } else { Err(stop()) }).is_ok()
 }
 
-/// Whether the regular files at `rel` beneath `src` and `target` both hold
-/// exactly `size` bytes, the same ones ([`same_bytes`]); a file that cannot
-/// be opened is "not the same".
-fn same_file(src: BorrowedFd<'_>, target: BorrowedFd<'_>, target_path: &str, rel: &str, size: u64) -> bool {
+/// Whether `rel` beneath `src` and `target` is a regular file on both
+/// sides with the same mode, size and bytes ([`same_bytes`]), its size
+/// added to `bytes`, which must stay within `max` (the source's bytes
+/// within the sync's limit). A file that cannot be opened is "not the
+/// same".
+fn same_file(
+    src: BorrowedFd<'_>,
+    target: BorrowedFd<'_>,
+    target_path: &str,
+    rel: &str,
+    bytes: &AtomicU64,
+    max: u64,
+) -> bool {
     let shown = join(target_path, rel);
-    match (open_file_beneath(src, rel, &shown), open_file_beneath(target, rel, &shown)) {
-        (Ok(ours), Ok(theirs)) => same_bytes(&ours, &theirs, size),
-        _ => false,
-    }
+    let regular = |dir| {
+        let fd = open_file_beneath(dir, rel, &shown).ok()?;
+        let meta = meta_of(&fd, &shown).ok().filter(|m| m.kind == Kind::File)?;
+        Some((fd, meta))
+    };
+    let (Some((ours, a)), Some((theirs, b))) = (regular(src), regular(target)) else {
+        return false;
+    };
+    a.mode == b.mode
+        && a.size == b.size
+        && bytes.fetch_add(a.size, Ordering::Relaxed).saturating_add(a.size) <= max
+        && same_bytes(&ours, &theirs, a.size)
 }
 
 /// How many files [`same_tree`] compares while it walks the target, before
 /// it leaves the rest to the threads.
 const SAME_INLINE: usize = 8;
 
-/// The largest read [`same_bytes`] makes.
+/// The largest read a comparison makes.
 const SAME_CHUNK: u64 = 1 << 20;
+
+thread_local! {
+    /// Each thread's two comparison buffers, kept across files (at most
+    /// [`SAME_CHUNK`] + 1 bytes each): a buffer allocated per file costs
+    /// its page faults (and, in a thread's own malloc arena, an
+    /// `mprotect`) every time.
+    static BUFS: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
 
 /// Whether the files behind `a` and `b` both hold exactly `size` bytes,
 /// the same ones: chunks of at most [`SAME_CHUNK`] read from each side,
@@ -276,24 +354,30 @@ const SAME_CHUNK: u64 = 1 << 20;
 /// the size too. A read short anywhere else, an error, or a file that is not
 /// regular (opened `O_NONBLOCK`) is "not the same".
 fn same_bytes(a: &OwnedFd, b: &OwnedFd, size: u64) -> bool {
-    let len = size.min(SAME_CHUNK) as usize + 1;
-    let (mut x, mut y) = (vec![0u8; len], vec![0u8; len]);
-    let mut left = size;
-    loop {
-        let last = left <= SAME_CHUNK;
-        let want = if last { left as usize + 1 } else { SAME_CHUNK as usize };
-        let (Some(n), Some(m)) = (read_once(a, &mut x[..want]), read_once(b, &mut y[..want])) else {
-            return false;
-        };
-        let expect = if last { left as usize } else { want };
-        if n != expect || m != expect || x[..n] != y[..n] {
-            return false;
+    BUFS.with_borrow_mut(|(x, y)| {
+        let len = size.min(SAME_CHUNK) as usize + 1;
+        for buf in [&mut *x, &mut *y] {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
         }
-        if last {
-            return true;
+        let mut left = size;
+        loop {
+            let last = left <= SAME_CHUNK;
+            let want = if last { left as usize + 1 } else { SAME_CHUNK as usize };
+            let (Some(n), Some(m)) = (read_once(a, &mut x[..want]), read_once(b, &mut y[..want])) else {
+                return false;
+            };
+            let expect = if last { left as usize } else { want };
+            if n != expect || m != expect || x[..n] != y[..n] {
+                return false;
+            }
+            if last {
+                return true;
+            }
+            left -= SAME_CHUNK;
         }
-        left -= SAME_CHUNK;
-    }
+    })
 }
 
 /// One `read` into `buf` (again only when interrupted); `None` on an error.
@@ -307,42 +391,53 @@ fn read_once(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
     }
 }
 
-/// Who a file that compared equal is: its inode, link count and owner, from
-/// the `fstat` of the fd its bytes were read through.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FileId {
-    ino: u64,
-    nlink: u64,
-    uid: u32,
-}
-
 /// Whether the regular file at `rel` beneath `dir` holds exactly
 /// `expected`: open, `fstat` (still a regular file of that size), one read
 /// of that size, close.
 pub fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
-    Ok(file_match(dir, rel, path, expected)?.is_some())
+    Ok(file_match(dir, rel, path, expected, None)?.is_some())
 }
 
-/// [`file_holds`], returning who the file is when it holds `expected`.
-fn file_match(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<Option<FileId>> {
+/// [`file_holds`], also requiring the permission bits `mode` when given;
+/// returns what the `fstat` of the file read says when it holds them.
+fn file_match(
+    dir: BorrowedFd<'_>,
+    rel: &str,
+    path: &str,
+    expected: &[u8],
+    mode: Option<u32>,
+) -> Result<Option<Meta>> {
     let fd = open_file_beneath(dir, rel, path)?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, path, e))?;
-    if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File
-        || st.st_size as u64 != expected.len() as u64
-    {
+    let meta = meta_of(&fd, path)?;
+    if meta.kind != Kind::File || meta.size != expected.len() as u64 || mode.is_some_and(|m| m != meta.mode) {
         return Ok(None);
     }
-    let id = FileId { ino: st.st_ino, nlink: st.st_nlink, uid: st.st_uid };
-    let mut buf = vec![0u8; expected.len()];
-    let mut filled = 0;
-    while filled < buf.len() {
-        match rustix::io::read(&fd, &mut buf[filled..]) {
-            // Shorter than fstat said: truncated meanwhile, so not equal.
-            Ok(0) => return Ok(None),
-            Ok(n) => filled += n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(Error::io(Step::Read, path, e)),
+    Ok(holds_bytes(&fd, path, expected)?.then_some(meta))
+}
+
+/// Whether the file behind `fd` starts with exactly `expected`, read in
+/// chunks of at most [`SAME_CHUNK`] into this thread's buffer (a file
+/// shorter than that, truncated meanwhile, does not).
+fn holds_bytes(fd: &OwnedFd, path: &str, expected: &[u8]) -> Result<bool> {
+    BUFS.with_borrow_mut(|(buf, _)| {
+        let len = expected.len().min(SAME_CHUNK as usize);
+        if buf.len() < len {
+            buf.resize(len, 0);
         }
-    }
-    Ok((buf == expected).then_some(id))
+        for want in expected.chunks(SAME_CHUNK as usize) {
+            let mut filled = 0;
+            while filled < want.len() {
+                match rustix::io::read(fd, &mut buf[filled..want.len()]) {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => filled += n,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(Error::io(Step::Read, path, e)),
+                }
+            }
+            if buf[..want.len()] != *want {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
 }

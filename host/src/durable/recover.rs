@@ -11,13 +11,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Options;
 use super::cancel::Cancel;
-use super::error::Result;
+use rustix::io::Errno;
+
+use super::error::{Error, Result};
 use super::lock::lock;
 use super::marker::any_marked;
 use super::names::{LOCK_NAME, is_leftover};
 use super::parallel;
 use super::sys::{Kind, Sys, join, kind_at, unlinks_wait_for_discards};
-use super::walk::{DirStack, list_own_names, read_names};
+use super::walk::{DirStack, Entry, list_own_names, read_entries};
 
 /// Remove every durasync leftover in `dir` and, recursively, in its
 /// subdirectories (never descending through links). Returns the removed
@@ -239,7 +241,24 @@ fn remove_tree_in(
             continue;
         }
         for child in &batch {
-            let child_path = stack.child_path(child);
+            let child_path = stack.child_path(&child.name);
+            // What the listing says is not a directory is unlinked right
+            // away, without a `statat` first; should it have become a
+            // directory since (EISDIR) or be gone (ENOENT), it is looked
+            // at again below.
+            if child.kind.is_some_and(|k| k != Kind::Dir) {
+                match sys.unlink(stack.top(), &child.name, &child_path) {
+                    Ok(()) => {
+                        removed.fetch_add(1, Ordering::Relaxed);
+                        count += 1;
+                        continue;
+                    }
+                    Err(Error::Io { source, .. }) if matches!(source.raw_os_error(), Some(e) if e == Errno::ISDIR.raw_os_error() || e == Errno::NOENT.raw_os_error()) =>
+                        {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let child = &child.name;
             match kind_at(stack.top(), child, &child_path)? {
                 (Kind::Missing, _) => {}
                 (Kind::Dir, mode) => {
@@ -269,12 +288,12 @@ fn enter(sys: &Sys<'_>, stack: &mut DirStack<'_>, name: &str, mode: u32) -> Resu
     Ok(())
 }
 
-/// Up to `max` names of `dir`, a directory inside a leftover being removed.
+/// Up to `max` entries of `dir`, a directory inside a leftover being removed.
 /// An entry whose name is not UTF-8 (the rest of the core cannot name it)
 /// is first renamed to a UTF-8 name, so recovery can remove any leftover,
 /// whatever someone put inside it.
-fn read_batch(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str, max: usize) -> Result<Vec<String>> {
-    read_names(dir, dir_path, max, &mut |raw| {
+fn read_batch(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str, max: usize) -> Result<Vec<Entry>> {
+    read_entries(dir, dir_path, max, &mut |raw| {
         let from_path = join(dir_path, &String::from_utf8_lossy(raw.to_bytes()));
         let hash = raw
             .to_bytes()
@@ -301,13 +320,13 @@ fn remove_children_parallel(
     sys: &Sys<'_>,
     dir: BorrowedFd<'_>,
     path: &str,
-    children: &[String],
+    children: &[Entry],
     cancel: &Cancel<'_>,
     removed: &AtomicU32,
 ) -> Result<u32> {
     let count = AtomicU32::new(0);
     parallel::try_for_each(children, super::DEFAULT_THREADS, |child| {
-        let n = remove_tree_in(sys, dir, child, &join(path, child), false, cancel, removed)?;
+        let n = remove_tree_in(sys, dir, &child.name, &join(path, &child.name), false, cancel, removed)?;
         count.fetch_add(n, Ordering::Relaxed);
         Ok(())
     })?;

@@ -17,7 +17,7 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 use super::Options;
 use super::error::{Error, Result, Step};
 use super::names::{split_rel_path, split_rel_path_or_self};
-use super::sys::{Kind, READ_FLAGS, Sys, join, kind_at, kind_error, open_dir, open_file};
+use super::sys::{Kind, READ_FLAGS, Sys, join, kind_at, kind_error, open_dir, open_file, without_atime};
 use super::tree::IMPLIED_DIR_MODE;
 
 /// Split a relative path into its parent (`""` for the root itself) and
@@ -33,7 +33,9 @@ pub fn open_beneath(root: BorrowedFd<'_>, rel: &str) -> Result<OwnedFd> {
     let parts = split_rel_path_or_self(rel)?;
     if parts.len() > 1 {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        if let Ok(fd) = rustix::fs::openat2(root, rel, flags, Mode::empty(), BENEATH) {
+        if let Ok(fd) =
+            without_atime(|noatime| rustix::fs::openat2(root, rel, flags | noatime, Mode::empty(), BENEATH))
+        {
             return Ok(fd);
         }
     }
@@ -65,7 +67,8 @@ pub(crate) fn open_file_beneath(dir: BorrowedFd<'_>, rel: &str, path: &str) -> R
     let Some((parent, name)) = rel.rsplit_once('/') else {
         return open_file(dir, rel, path);
     };
-    match rustix::fs::openat2(dir, rel, READ_FLAGS, Mode::empty(), BENEATH) {
+    match without_atime(|noatime| rustix::fs::openat2(dir, rel, READ_FLAGS | noatime, Mode::empty(), BENEATH))
+    {
         Ok(fd) => Ok(fd),
         Err(rustix::io::Errno::NOSYS) => {
             let parent = open_beneath(dir, parent)?;

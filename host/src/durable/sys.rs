@@ -233,14 +233,13 @@ impl<'p> Sys<'p> {
 }
 
 /// Open a directory beneath `dir` without following a link
-/// (`O_DIRECTORY|O_NOFOLLOW`). Reading only; not observed.
+/// (`O_DIRECTORY|O_NOFOLLOW`, [`without_atime`]). Reading only; not
+/// observed.
 pub(crate) fn open_dir(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+    without_atime(|noatime| {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | noatime;
+        rustix::fs::openat(dir, name, flags, Mode::empty())
+    })
     .map_err(|e| kind_error(e, path, Step::Open))
 }
 
@@ -252,9 +251,26 @@ pub(crate) fn open_dir(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<Ow
 pub(crate) const READ_FLAGS: OFlags =
     OFlags::RDONLY.union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC).union(OFlags::NONBLOCK);
 
-/// Open a regular file beneath `dir` for reading ([`READ_FLAGS`]).
+/// Open a regular file beneath `dir` for reading ([`READ_FLAGS`],
+/// [`without_atime`]).
 pub(crate) fn open_file(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
-    rustix::fs::openat(dir, name, READ_FLAGS, Mode::empty()).map_err(|e| kind_error(e, path, Step::Open))
+    without_atime(|noatime| rustix::fs::openat(dir, name, READ_FLAGS | noatime, Mode::empty()))
+        .map_err(|e| kind_error(e, path, Step::Open))
+}
+
+/// Call `open` with `O_NOATIME`, and again without it if the kernel
+/// refuses that flag (`EPERM`: it is only for the file's owner or a
+/// process with `CAP_FOWNER`). What durasync reads (a source, a target it
+/// compares, a plugin's reads) never gets a new access time: with
+/// `relatime`, the first read after a change would dirty every inode read,
+/// and the next `syncfs` (or the kernel's write-back) would write them all
+/// out (1000 files read on each side: ~2 ms of a sync's `syncfs` and ~1 ms
+/// of its reads on ext4, BENCHMARKS.md).
+pub(crate) fn without_atime<T>(open: impl Fn(OFlags) -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    match open(OFlags::NOATIME) {
+        Err(rustix::io::Errno::PERM) => open(OFlags::empty()),
+        other => other,
+    }
 }
 
 /// Map the errnos that mean "wrong kind of entry" to typed errors.
@@ -375,6 +391,24 @@ pub(crate) fn fs_name(fd: BorrowedFd<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_ask_for_no_access_time_and_open_again_without_it_where_that_is_refused() {
+        let tried = std::sync::Mutex::new(Vec::new());
+        let got = without_atime(|flags| {
+            tried.lock().unwrap().push(flags);
+            if flags.contains(OFlags::NOATIME) { Err(rustix::io::Errno::PERM) } else { Ok(7) }
+        });
+        assert_eq!(got, Ok(7));
+        assert_eq!(*tried.lock().unwrap(), [OFlags::NOATIME, OFlags::empty()]);
+        // Any other error is the open's own: not retried.
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let got: rustix::io::Result<()> = without_atime(|_| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(rustix::io::Errno::NOENT)
+        });
+        assert_eq!((got, calls.into_inner()), (Err(rustix::io::Errno::NOENT), 1));
+    }
 
     #[test]
     fn mount_options_are_the_super_block_options_of_the_device() {

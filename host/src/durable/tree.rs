@@ -140,11 +140,12 @@ impl Tree {
         Ok(())
     }
 
-    /// Give the file at `path`, added with no contents, its `contents`
+    /// Give the file at `path`, added with no contents, its `contents` and `mode`
     /// (`read_tree` reads the bytes after the walk has checked every path).
     /// Refused with [`Error::Limit`] when the tree's bytes would pass
     /// `max_bytes`.
-    pub(crate) fn fill(&mut self, path: &str, contents: Vec<u8>) -> Result<()> {
+    pub(crate) fn fill(&mut self, path: &str, contents: Vec<u8>, mode: u32) -> Result<()> {
+        check_mode(path, mode)?;
         let bytes = self.bytes + contents.len() as u64;
         if bytes > self.limits.max_bytes {
             return Err(Error::Limit {
@@ -154,8 +155,9 @@ impl Tree {
             });
         }
         match self.nodes.get_mut(path) {
-            Some(Node::File { contents: old, .. }) if old.is_empty() => {
+            Some(Node::File { contents: old, mode: old_mode }) if old.is_empty() => {
                 *old = contents;
+                *old_mode = mode;
                 self.bytes = bytes;
                 Ok(())
             }
@@ -310,18 +312,19 @@ mod tests {
         t.add_file("a", Vec::new(), 0o644).unwrap();
         t.add_file("b", Vec::new(), 0o644).unwrap();
         t.add_dir("d", 0o755).unwrap();
-        t.fill("a", b"123456".to_vec()).unwrap();
+        t.fill("a", b"123456".to_vec(), 0o600).unwrap();
+        assert_eq!(t.get("a"), Some(&Node::File { contents: b"123456".to_vec(), mode: 0o600 }));
         assert_eq!(t.total_bytes(), 6);
-        let err = t.fill("b", b"12345".to_vec()).unwrap_err();
+        let err = t.fill("b", b"12345".to_vec(), 0o644).unwrap_err();
         assert!(matches!(err, Error::Limit { actual: 11, .. }), "{err:?}");
         assert_eq!(
             t.get("b"),
             Some(&Node::File { contents: Vec::new(), mode: 0o644 }),
             "b is left as it was"
         );
-        assert!(t.fill("a", b"x".to_vec()).is_err(), "filled twice");
-        assert!(t.fill("d", b"x".to_vec()).is_err(), "a directory");
-        assert!(t.fill("nope", b"x".to_vec()).is_err(), "not listed");
+        assert!(t.fill("a", b"x".to_vec(), 0o644).is_err(), "filled twice");
+        assert!(t.fill("d", b"x".to_vec(), 0o644).is_err(), "a directory");
+        assert!(t.fill("nope", b"x".to_vec(), 0o644).is_err(), "not listed");
         assert_eq!(t.total_bytes(), 6);
     }
 

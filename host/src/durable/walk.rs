@@ -3,6 +3,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{Mode, OFlags};
 
@@ -17,12 +18,14 @@ use super::tree::{MODE_MASK, RequestLimits, Tree};
 pub(crate) struct Seen {
     /// Path relative to the walked directory.
     pub path: String,
-    /// What it is.
+    /// What it is: the type its directory entry gives (`d_type`), or, on a
+    /// file system that gives none, what a `statat` says.
     pub kind: Kind,
-    /// Its permission bits.
+    /// A directory's permission bits, from the `fstat` of the fd the walk
+    /// enters it through; `0` for anything else. A regular file's mode and
+    /// size come from the `fstat` of the fd it is read through
+    /// ([`open_regular`]), so a walk costs no `stat` per file.
     pub mode: u32,
-    /// Its size in bytes (files only).
-    pub size: u64,
 }
 
 /// How many levels of a walk keep their directory fd open. A deeper level's
@@ -100,8 +103,8 @@ impl<'r> DirStack<'r> {
     }
 
     /// Enter the subdirectory `name` of the current directory (never
-    /// through a link).
-    pub(crate) fn push(&mut self, name: &str) -> Result<()> {
+    /// through a link); returns its permission bits.
+    pub(crate) fn push(&mut self, name: &str) -> Result<u32> {
         let shown = self.child_path(name);
         let fd = open_dir(self.top(), name, &shown)?;
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, &shown, e))?;
@@ -113,7 +116,7 @@ impl<'r> DirStack<'r> {
             let out = self.levels.len() - 1 - FD_WINDOW;
             self.levels[out].fd = None;
         }
-        Ok(())
+        Ok(st.st_mode & MODE_MASK)
     }
 
     /// Leave the current directory for the one above; returns the name of
@@ -155,46 +158,67 @@ impl<'r> DirStack<'r> {
 /// holding one differs from every tree. `dir_path` is
 /// used in messages. Iterative: memory grows with the listings of the
 /// directories on the current path, open fds are bounded ([`FD_WINDOW`]).
+///
+/// The kinds come from the listings (`d_type`, which ext4, xfs, btrfs and
+/// tmpfs all give), so the walk itself makes no system call per file: only
+/// `getdents` per directory and an `open` + `fstat` per subdirectory it
+/// enters. An entry whose type the listing does not give is `statat`ed.
 pub(crate) fn walk(
     dir: BorrowedFd<'_>,
     dir_path: &str,
     visit: &mut dyn FnMut(&Seen) -> Result<()>,
 ) -> Result<()> {
     let mut stack = DirStack::new(dir, dir_path);
-    // The names still to visit in each directory of the path, last first.
-    let mut pending = vec![sorted_desc(list_names(dir, dir_path)?)];
-    while let Some(names) = pending.last_mut() {
-        let Some(name) = names.pop() else {
+    // The entries still to visit in each directory of the path, last first.
+    let mut pending = vec![sorted_desc(list_entries(dir, dir_path)?)];
+    while let Some(entries) = pending.last_mut() {
+        let Some(entry) = entries.pop() else {
             pending.pop();
             if !pending.is_empty() {
                 stack.pop()?;
             }
             continue;
         };
-        let rel = join(stack.rel(), &name);
-        let parent = stack.top();
-        let st = rustix::fs::statat(parent, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|e| Error::io(Step::Read, stack.child_path(&name), e))?;
-        let kind = kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _));
-        let seen = Seen { path: rel, kind, mode: st.st_mode & MODE_MASK, size: st.st_size as u64 };
-        visit(&seen)?;
+        let path = join(stack.rel(), &entry.name);
+        let kind = entry_kind(stack.top(), &entry, &stack.child_path(&entry.name))?;
         if kind == Kind::Dir {
-            stack.push(&name)?;
-            pending.push(sorted_desc(list_names(stack.top(), stack.path())?));
+            let mode = stack.push(&entry.name)?;
+            visit(&Seen { path, kind, mode })?;
+            pending.push(sorted_desc(list_entries(stack.top(), stack.path())?));
+        } else {
+            visit(&Seen { path, kind, mode: 0 })?;
         }
     }
     Ok(())
 }
 
-fn sorted_desc(mut names: Vec<String>) -> Vec<String> {
-    names.sort_unstable_by(|a, b| b.cmp(a));
-    names
+fn sorted_desc(mut entries: Vec<Entry>) -> Vec<Entry> {
+    entries.sort_unstable_by(|a, b| b.name.cmp(&a.name));
+    entries
 }
 
-/// The names in a directory, without `.` and `..`. Names that are not UTF-8
-/// are an error: durasync cannot name them back to the kernel faithfully.
-pub(crate) fn list_names(dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<String>> {
-    read_names(dir, dir_path, usize::MAX, &mut |name| {
+/// A name read from a directory, with the kind its entry gives.
+pub(crate) struct Entry {
+    pub name: String,
+    /// From `d_type`; `None` where the file system does not say
+    /// (`DT_UNKNOWN`): ask `statat`.
+    pub kind: Option<Kind>,
+}
+
+/// What `entry` of `dir` is: what its listing said, or where the file
+/// system did not say, what a `statat` says.
+fn entry_kind(dir: BorrowedFd<'_>, entry: &Entry, path: &str) -> Result<Kind> {
+    match entry.kind {
+        Some(kind) => Ok(kind),
+        None => Ok(kind_at(dir, &entry.name, path)?.0),
+    }
+}
+
+/// The entries of a directory, without `.` and `..`. Names that are not
+/// UTF-8 are an error: durasync cannot name them back to the kernel
+/// faithfully.
+fn list_entries(dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<Entry>> {
+    read_entries(dir, dir_path, usize::MAX, &mut |name| {
         Err(Error::InvalidPath {
             path: join(dir_path, &String::from_utf8_lossy(name.to_bytes())),
             reason: "names must be valid UTF-8",
@@ -202,7 +226,7 @@ pub(crate) fn list_names(dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<Stri
     })
 }
 
-/// [`list_names`], refused with [`Error::TooLarge`] once the directory
+/// The names in a directory, refused with [`Error::TooLarge`] once the directory
 /// turns out to hold more than `max` entries (so no listing larger than
 /// that is ever built), and with [`Error::Cancelled`] once `cancel` says so.
 pub(crate) fn list_names_at_most(
@@ -249,6 +273,16 @@ pub(crate) fn read_names(
     max: usize,
     other: &mut dyn FnMut(&std::ffi::CStr) -> Result<Option<String>>,
 ) -> Result<Vec<String>> {
+    Ok(read_entries(dir, dir_path, max, other)?.into_iter().map(|e| e.name).collect())
+}
+
+/// [`read_names`] with the kind each entry gives.
+pub(crate) fn read_entries(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    max: usize,
+    other: &mut dyn FnMut(&std::ffi::CStr) -> Result<Option<String>>,
+) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
     let reader = rustix::fs::Dir::read_from(dir).map_err(|e| Error::io(Step::Read, dir_path, e))?;
     for entry in reader {
@@ -257,9 +291,13 @@ pub(crate) fn read_names(
         if matches!(name.to_bytes(), b"." | b"..") {
             continue;
         }
+        let kind = match entry.file_type() {
+            rustix::fs::FileType::Unknown => None,
+            known => Some(kind_of(known)),
+        };
         match std::str::from_utf8(name.to_bytes()) {
-            Ok(s) => out.push(s.to_owned()),
-            Err(_) => out.extend(other(name)?),
+            Ok(s) => out.push(Entry { name: s.to_owned(), kind }),
+            Err(_) => out.extend(other(name)?.map(|name| Entry { name, kind })),
         }
         if out.len() >= max {
             break;
@@ -284,19 +322,50 @@ pub(crate) fn read_file_at(
     read_open_file(&fd, path, max, cancel)
 }
 
+/// What the `fstat` of an open file says, reduced to what the core needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Meta {
+    pub kind: Kind,
+    /// Permission bits.
+    pub mode: u32,
+    pub size: u64,
+    pub ino: u64,
+    pub nlink: u64,
+    pub uid: u32,
+}
+
+/// `fstat` of `fd`.
+pub(crate) fn meta_of(fd: &OwnedFd, path: &str) -> Result<Meta> {
+    let st = rustix::fs::fstat(fd).map_err(|e| Error::io(Step::Read, path, e))?;
+    Ok(Meta {
+        kind: kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)),
+        mode: st.st_mode & MODE_MASK,
+        size: st.st_size as u64,
+        ino: st.st_ino,
+        nlink: st.st_nlink,
+        uid: st.st_uid,
+    })
+}
+
 /// [`read_file_at`] of a file already opened for reading.
 pub(crate) fn read_open_file(fd: &OwnedFd, path: &str, max: u64, cancel: &Cancel<'_>) -> Result<Vec<u8>> {
-    let st = rustix::fs::fstat(fd).map_err(|e| Error::io(Step::Read, path, e))?;
-    if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File {
+    let meta = meta_of(fd, path)?;
+    if meta.kind != Kind::File {
         return Err(Error::NotAFile { path: path.to_owned() });
     }
+    read_sized(fd, path, meta.size, max, cancel)
+}
+
+/// Read the regular file behind `fd`, whose `fstat` gave `size`, refusing
+/// more than `max` bytes (before any buffer is allocated when `size` is
+/// over it already).
+fn read_sized(fd: &OwnedFd, path: &str, size: u64, max: u64, cancel: &Cancel<'_>) -> Result<Vec<u8>> {
     let too_large = |actual: u64| Error::TooLarge {
         path: path.to_owned(),
         what: "bytes in one read",
         limit: max,
         actual,
     };
-    let size = st.st_size as u64;
     if size > max {
         return Err(too_large(size));
     }
@@ -328,10 +397,12 @@ pub(crate) fn read_open_file(fd: &OwnedFd, path: &str, max: u64, cancel: &Cancel
 /// Read the tree at `name` in `parent` (a CLI source): every regular file
 /// with its bytes and mode, every directory with its mode. Anything else (a
 /// symlink, a fifo, a device) is an error naming it. Limits are enforced
-/// while walking, from the sizes the walk sees, so a huge source fails
-/// before a byte of it is read.
+/// as the tree is read: paths and counts while walking, before any file is
+/// opened; bytes from each file's `fstat` before its bytes are read, so a
+/// huge source fails once what was read and what the next file claims pass
+/// the limit, and never holds more than the limit in memory.
 ///
-/// The walk checks every path and kind first (one `statat` each); then the
+/// The walk checks every path and kind first (from the listings); then the
 /// files are read from up to as many threads as there are CPUs (reading
 /// from the page cache is CPU work: copies and page faults), each opened
 /// beneath the root again (a link put on the way since is refused), checked
@@ -347,23 +418,15 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
     let root = open_dir(parent, name, path)?;
     let mut tree = Tree::with_limits(*limits);
     let mut files: Vec<Listed> = Vec::new();
-    let mut listed = 0u64;
     walk(root.as_fd(), path, &mut |seen| {
         let shown = join(path, &seen.path);
         match seen.kind {
             Kind::Dir => tree.add_dir(&seen.path, seen.mode),
             Kind::File => {
-                listed += seen.size;
-                if listed > limits.max_bytes {
-                    return Err(Error::Limit {
-                        what: "bytes in one sync",
-                        limit: limits.max_bytes,
-                        actual: listed,
-                    });
-                }
-                tree.add_file(&seen.path, Vec::new(), seen.mode)?;
+                // Its mode and bytes are filled in once it is read.
+                tree.add_file(&seen.path, Vec::new(), 0)?;
                 tree.check_limits(limits)?;
-                files.push(Listed { rel: seen.path.clone(), size: seen.size, read: OnceLock::new() });
+                files.push(Listed { rel: seen.path.clone(), read: OnceLock::new() });
                 Ok(())
             }
             Kind::Symlink => Err(Error::UnsupportedEntry { path: shown, kind: "symbolic link" }),
@@ -371,22 +434,32 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
             Kind::Missing => Ok(()),
         }
     })?;
-    // Each file may hold what the others, as listed, leave of the budget;
+    // The bytes claimed so far: each file reserves its `fstat` size before
+    // it is read, and may hold what the others leave of the budget;
     // `Tree::fill` checks the total of what was really read.
+    let claimed = AtomicU64::new(0);
+    let over = |actual: u64| Error::Limit { what: "bytes in one sync", limit: limits.max_bytes, actual };
     let _ = parallel::try_for_each(&files, parallel::per_file_threads(files.len()), |file| {
         let shown = join(path, &file.rel);
-        let others = listed - file.size;
-        let got = open_file_beneath(root.as_fd(), &file.rel, &shown)
-            .and_then(|fd| read_open_file(&fd, &shown, limits.max_bytes - others, &Cancel::NEVER))
-            .map_err(|e| match e {
-                // Grown since it was listed: the sync's own limit.
-                Error::TooLarge { actual, .. } => Error::Limit {
-                    what: "bytes in one sync",
-                    limit: limits.max_bytes,
-                    actual: others + actual,
-                },
-                e => e,
-            });
+        let got = open_file_beneath(root.as_fd(), &file.rel, &shown).and_then(|fd| {
+            let meta = meta_of(&fd, &shown)?;
+            match meta.kind {
+                Kind::File => {}
+                Kind::Symlink => {
+                    return Err(Error::UnsupportedEntry { path: shown.clone(), kind: "symbolic link" });
+                }
+                Kind::Other(kind) => return Err(Error::UnsupportedEntry { path: shown.clone(), kind }),
+                _ => return Err(Error::NotAFile { path: shown.clone() }),
+            }
+            let before = claimed.fetch_add(meta.size, Ordering::Relaxed);
+            let left = limits.max_bytes.saturating_sub(before);
+            match read_sized(&fd, &shown, meta.size, left, &Cancel::NEVER) {
+                Ok(contents) => Ok((contents, meta.mode)),
+                // Over what was left, by its size or grown while read.
+                Err(Error::TooLarge { actual, .. }) => Err(over(before + actual)),
+                Err(e) => Err(e),
+            }
+        });
         let failed = got.is_err();
         let _ = file.read.set(got);
         // Stops handing out files; those before this one still finish, so
@@ -395,7 +468,7 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
     });
     for file in files {
         match file.read.into_inner() {
-            Some(Ok(contents)) => tree.fill(&file.rel, contents)?,
+            Some(Ok((contents, mode))) => tree.fill(&file.rel, contents, mode)?,
             Some(Err(e)) => return Err(e),
             // Not handed out because an earlier file failed: files are
             // handed out in walk order and every one handed out finishes,
@@ -406,10 +479,71 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
     Ok(tree)
 }
 
-/// A regular file the walk of a source listed: its path, the size the walk
-/// saw, and what reading it gave.
+/// A regular file the walk of a source listed: its path, and what reading
+/// it gave (its bytes and mode).
 struct Listed {
     rel: String,
-    size: u64,
-    read: OnceLock<Result<Vec<u8>>>,
+    read: OnceLock<Result<(Vec<u8>, u32)>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    use super::*;
+
+    fn seen(root: &std::path::Path) -> Vec<(String, Kind, u32)> {
+        let fd = open_dir(rustix::fs::CWD, root.to_str().unwrap(), "root").unwrap();
+        let mut out = Vec::new();
+        walk(fd.as_fd(), "root", &mut |s| {
+            out.push((s.path.clone(), s.kind, s.mode));
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_walk_takes_kinds_from_the_listings_and_directory_modes_from_their_fds() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::set_permissions(root.join("d"), std::fs::Permissions::from_mode(0o750)).unwrap();
+        std::fs::write(root.join("d/f"), b"x").unwrap();
+        std::fs::write(root.join("a"), b"y").unwrap();
+        symlink("a", root.join("link")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            seen(root),
+            [
+                ("a".to_owned(), Kind::File, 0),
+                ("d".to_owned(), Kind::Dir, 0o750),
+                ("d/f".to_owned(), Kind::File, 0),
+                ("fifo".to_owned(), Kind::Other("fifo"), 0),
+                ("link".to_owned(), Kind::Symlink, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_entry_whose_listing_gives_no_kind_is_statted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        symlink("d", dir.path().join("l")).unwrap();
+        let fd = open_dir(rustix::fs::CWD, dir.path().to_str().unwrap(), "root").unwrap();
+        let unknown = |name: &str| Entry { name: name.to_owned(), kind: None };
+        assert_eq!(entry_kind(fd.as_fd(), &unknown("d"), "d").unwrap(), Kind::Dir);
+        assert_eq!(entry_kind(fd.as_fd(), &unknown("l"), "l").unwrap(), Kind::Symlink);
+        assert_eq!(entry_kind(fd.as_fd(), &unknown("gone"), "gone").unwrap(), Kind::Missing);
+        // A kind the listing gave is taken as it is.
+        let listed = Entry { name: "d".to_owned(), kind: Some(Kind::File) };
+        assert_eq!(entry_kind(fd.as_fd(), &listed, "d").unwrap(), Kind::File);
+    }
 }
