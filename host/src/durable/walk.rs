@@ -181,12 +181,16 @@ pub(crate) fn walk(
         };
         let path = join(stack.rel(), &entry.name);
         let kind = entry_kind(stack.top(), &entry, &stack.child_path(&entry.name))?;
-        if kind == Kind::Dir {
-            let mode = stack.push(&entry.name)?;
-            visit(&Seen { path, kind, mode })?;
-            pending.push(sorted_desc(list_entries(stack.top(), stack.path())?));
-        } else {
+        if kind != Kind::Dir {
             visit(&Seen { path, kind, mode: 0 })?;
+            continue;
+        }
+        match enter_listed(&mut stack, &entry.name)? {
+            Ok(mode) => {
+                visit(&Seen { path, kind, mode })?;
+                pending.push(sorted_desc(list_entries(stack.top(), stack.path())?));
+            }
+            Err(now) => visit(&Seen { path, kind: now, mode: 0 })?,
         }
     }
     Ok(())
@@ -203,6 +207,23 @@ pub(crate) struct Entry {
     /// From `d_type`; `None` where the file system does not say
     /// (`DT_UNKNOWN`): ask `statat`.
     pub kind: Option<Kind>,
+}
+
+/// Enter `name`, which the listing gave as a directory: `Ok` with its
+/// permission bits, or `Err` with what it is now when it was replaced by
+/// something else (or removed) since it was listed; then it is visited as
+/// that, never followed.
+fn enter_listed(stack: &mut DirStack<'_>, name: &str) -> Result<std::result::Result<u32, Kind>> {
+    match stack.push(name) {
+        Ok(mode) => Ok(Ok(mode)),
+        Err(e @ (Error::NotADirectory { .. } | Error::Symlink { .. } | Error::NotFound { .. })) => {
+            match kind_at(stack.top(), name, &stack.child_path(name))?.0 {
+                Kind::Dir => Err(e),
+                now => Ok(Err(now)),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// What `entry` of `dir` is: what its listing said, or where the file
@@ -530,6 +551,30 @@ mod tests {
                 ("link".to_owned(), Kind::Symlink, 0),
             ]
         );
+    }
+
+    #[test]
+    fn a_directory_replaced_after_the_listing_is_visited_as_what_is_there_now() {
+        // The walk reads a listing first and enters each directory of it
+        // afterwards: `d` is a link by then, and is never followed.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::create_dir(dir.path().join("e")).unwrap();
+        std::fs::write(dir.path().join("d/secret"), b"x").unwrap();
+        let fd = open_dir(rustix::fs::CWD, dir.path().to_str().unwrap(), "root").unwrap();
+        let listed: Vec<_> = list_entries(fd.as_fd(), "root").unwrap().into_iter().map(|e| e.kind).collect();
+        assert_eq!(listed, [Some(Kind::Dir), Some(Kind::Dir)]);
+        std::fs::rename(dir.path().join("d"), dir.path().join("elsewhere")).unwrap();
+        symlink("elsewhere", dir.path().join("d")).unwrap();
+        std::fs::remove_dir(dir.path().join("e")).unwrap();
+        let mut stack = DirStack::new(fd.as_fd(), "root");
+        assert_eq!(enter_listed(&mut stack, "d").unwrap(), Err(Kind::Symlink));
+        assert_eq!(enter_listed(&mut stack, "e").unwrap(), Err(Kind::Missing));
+        assert_eq!(stack.depth(), 0, "nothing was entered");
+        std::fs::set_permissions(dir.path().join("elsewhere"), std::fs::Permissions::from_mode(0o711))
+            .unwrap();
+        assert_eq!(enter_listed(&mut stack, "elsewhere").unwrap(), Ok(0o711));
+        assert_eq!(stack.depth(), 1);
     }
 
     #[test]
