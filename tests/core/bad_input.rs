@@ -357,3 +357,24 @@ fn a_source_holding_a_reserved_name_is_refused_naming_it() {
         assert_eq!(state(&s), before, "{reserved}: the target is unchanged");
     }
 }
+
+#[test]
+fn a_source_directory_with_more_entries_than_a_sync_may_hold_is_refused_once_its_listing_passes_them() {
+    // 10 files and 5 directories at most: a directory of 40 entries can
+    // never be a source, and its listing stops at the 16th.
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.join("src/big")).unwrap();
+    std::fs::write(s.join("src/small"), b"x").unwrap();
+    for i in 0..40 {
+        std::fs::write(s.join(&format!("src/big/f{i:02}")), b"x").unwrap();
+    }
+    let limits = RequestLimits { max_files: 10, max_dirs: 5, ..RequestLimits::default() };
+    let err = durable::read_tree(s.fd(), "src", "src", &limits).unwrap_err();
+    match &err {
+        Error::TooLarge { path, what: "entries in one directory", limit: 15, actual: 16 } => {
+            assert_eq!(path, "src/big")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("src/big: limit exceeded: entries in one directory"), "{err}");
+}

@@ -282,6 +282,17 @@ impl Recorder {
     pub fn count(&self, kind: &str) -> usize {
         self.ops.lock().unwrap().iter().filter(|k| k.kind == kind).count()
     }
+
+    /// Files created in the staging tree (the unsynced marker is created
+    /// beside it, not in it).
+    pub fn staged_creates(&self) -> usize {
+        self.ops
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|k| k.kind == "create" && k.path.starts_with("<stage>/"))
+            .count()
+    }
 }
 
 impl Probe for Recorder {

@@ -71,9 +71,7 @@ fn a_failed_syncfs_changes_nothing_and_the_retry_writes_fresh_inodes() {
     let rec = Recorder::default();
     let r = durable::sync_dir(s.fd(), "target", &new, &with_flush(&rec, Flush::Syncfs)).unwrap();
     assert_eq!((r.outcome, r.written), (Outcome::Replaced, 40));
-    let staged =
-        rec.keys().into_iter().filter(|k| k.kind == "create" && k.path.starts_with("<stage>/")).count();
-    assert_eq!(staged, 40);
+    assert_eq!(rec.staged_creates(), 40);
     assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
 }
 

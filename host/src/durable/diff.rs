@@ -11,7 +11,7 @@ use super::parallel;
 use super::resolve::open_file_beneath;
 use super::sys::{Kind, join};
 use super::tree::{Node, RequestLimits, Tree};
-use super::walk::{Meta, meta_of, walk};
+use super::walk::{Meta, meta_of, source_listing_max, walk};
 
 /// How an existing directory differs from a requested tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,7 +91,9 @@ fn compare_in(
     // Files in both: their mode, size and bytes are compared once opened.
     let mut candidates: Vec<(&str, &[u8], u32)> = Vec::new();
     let mut differs = false;
-    walk(dir, dir_path, &mut |seen| {
+    // A target's listings are not limited: whatever it holds, a sync
+    // replaces it (and its removal reads it in batches).
+    walk(dir, dir_path, usize::MAX, &mut |seen| {
         let is_dir = seen.kind == Kind::Dir;
         let Some((path, node)) = new.get_key_value(&seen.path) else {
             plan.removed.push(shown(&seen.path, is_dir));
@@ -161,13 +163,14 @@ const SMALL: usize = 64 << 10;
 ///
 /// Only what a sync carries is affected, never a result: a file that is
 /// in fact unchanged is then written into a fresh inode instead of being
-/// linked, as a marked target's files always are. If a fraction `p` of the
-/// small files were unchanged, all sampled ones differ with probability
-/// `(1 - p)^16` (under 3 % for `p` = 0.2), so at most a small share is
-/// rewritten that could have been carried. The one-file path and the
-/// unchanged answer are never taken on a skipped compare: 16 files differ.
-/// Larger files are always compared (rewriting one writes all its bytes
-/// back to the disk).
+/// linked, as a marked target's files always are. Were a fraction `p` of
+/// the small files unchanged and spread at random, all sampled ones would
+/// differ with probability `(1 - p)^16` (under 3 % for `p` = 0.2); a
+/// layout with every unchanged file between the sampled ones (a test
+/// builds one on purpose) is rewritten whole: slower, never wrong. The
+/// one-file path and the unchanged answer are never taken on a skipped
+/// compare: 16 files differ. Larger files are always compared (rewriting
+/// one writes all its bytes back to the disk).
 fn skip_rewritten(
     dir: BorrowedFd<'_>,
     dir_path: &str,
@@ -256,7 +259,7 @@ pub(crate) fn same_tree(
     // empty files: no byte is read), and what each path must be.
     let mut shape = Tree::with_limits(*limits);
     let mut want: HashMap<String, (Kind, u32)> = HashMap::new();
-    let shaped = walk(src, src_path, &mut |seen| {
+    let shaped = walk(src, src_path, source_listing_max(limits), &mut |seen| {
         match seen.kind {
             Kind::Dir => shape.add_dir(&seen.path, seen.mode)?,
             Kind::File => shape.add_file(&seen.path, Vec::new(), 0)?,
@@ -278,7 +281,9 @@ pub(crate) fn same_tree(
     let mut files: Vec<String> = Vec::new();
     let mut inline = 0usize;
     let mut met = 0usize;
-    let walked = walk(target, target_path, &mut |seen| {
+    // No directory of the target can hold more entries than the whole
+    // source and still be the same.
+    let walked = walk(target, target_path, want.len(), &mut |seen| {
         match want.get(&seen.path) {
             Some(&(Kind::File, _)) if seen.kind == Kind::File => {
                 if inline < SAME_INLINE {

@@ -163,14 +163,19 @@ impl<'r> DirStack<'r> {
 /// tmpfs all give), so the walk itself makes no system call per file: only
 /// `getdents` per directory and an `open` + `fstat` per subdirectory it
 /// enters. An entry whose type the listing does not give is `statat`ed.
+///
+/// A directory holding more than `max_listing` entries is refused with
+/// [`Error::TooLarge`] as soon as its listing passes that many, so no
+/// listing larger than that is ever held.
 pub(crate) fn walk(
     dir: BorrowedFd<'_>,
     dir_path: &str,
+    max_listing: usize,
     visit: &mut dyn FnMut(&Seen) -> Result<()>,
 ) -> Result<()> {
     let mut stack = DirStack::new(dir, dir_path);
     // The entries still to visit in each directory of the path, last first.
-    let mut pending = vec![sorted_desc(list_entries(dir, dir_path)?)];
+    let mut pending = vec![sorted_desc(list_entries(dir, dir_path, max_listing)?)];
     while let Some(entries) = pending.last_mut() {
         let Some(entry) = entries.pop() else {
             pending.pop();
@@ -188,7 +193,7 @@ pub(crate) fn walk(
         match enter_listed(&mut stack, &entry.name)? {
             Ok(mode) => {
                 visit(&Seen { path, kind, mode })?;
-                pending.push(sorted_desc(list_entries(stack.top(), stack.path())?));
+                pending.push(sorted_desc(list_entries(stack.top(), stack.path(), max_listing)?));
             }
             Err(now) => visit(&Seen { path, kind: now, mode: 0 })?,
         }
@@ -235,16 +240,31 @@ fn entry_kind(dir: BorrowedFd<'_>, entry: &Entry, path: &str) -> Result<Kind> {
     }
 }
 
-/// The entries of a directory, without `.` and `..`. Names that are not
-/// UTF-8 are an error: durasync cannot name them back to the kernel
-/// faithfully.
-fn list_entries(dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<Entry>> {
-    read_entries(dir, dir_path, usize::MAX, &mut |name| {
+/// The entries of a directory, without `.` and `..`; more than `max` is
+/// [`Error::TooLarge`]. Names that are not UTF-8 are an error: durasync
+/// cannot name them back to the kernel faithfully.
+fn list_entries(dir: BorrowedFd<'_>, dir_path: &str, max: usize) -> Result<Vec<Entry>> {
+    let entries = read_entries(dir, dir_path, max.saturating_add(1), &mut |name| {
         Err(Error::InvalidPath {
             path: join(dir_path, &String::from_utf8_lossy(name.to_bytes())),
             reason: "names must be valid UTF-8",
         })
-    })
+    })?;
+    if entries.len() > max {
+        return Err(Error::TooLarge {
+            path: dir_path.to_owned(),
+            what: "entries in one directory",
+            limit: max as u64,
+            actual: entries.len() as u64,
+        });
+    }
+    Ok(entries)
+}
+
+/// The most entries one directory of a source can hold: every file and
+/// directory a sync may hold.
+pub(crate) fn source_listing_max(limits: &RequestLimits) -> usize {
+    usize::try_from(limits.max_files.saturating_add(limits.max_dirs)).unwrap_or(usize::MAX)
 }
 
 /// The names in a directory, refused with [`Error::TooLarge`] once the directory
@@ -439,7 +459,7 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
     let root = open_dir(parent, name, path)?;
     let mut tree = Tree::with_limits(*limits);
     let mut files: Vec<Listed> = Vec::new();
-    walk(root.as_fd(), path, &mut |seen| {
+    walk(root.as_fd(), path, source_listing_max(limits), &mut |seen| {
         let shown = join(path, &seen.path);
         match seen.kind {
             Kind::Dir => tree.add_dir(&seen.path, seen.mode),
@@ -516,7 +536,7 @@ mod tests {
     fn seen(root: &std::path::Path) -> Vec<(String, Kind, u32)> {
         let fd = open_dir(rustix::fs::CWD, root.to_str().unwrap(), "root").unwrap();
         let mut out = Vec::new();
-        walk(fd.as_fd(), "root", &mut |s| {
+        walk(fd.as_fd(), "root", usize::MAX, &mut |s| {
             out.push((s.path.clone(), s.kind, s.mode));
             Ok(())
         })
@@ -562,7 +582,8 @@ mod tests {
         std::fs::create_dir(dir.path().join("e")).unwrap();
         std::fs::write(dir.path().join("d/secret"), b"x").unwrap();
         let fd = open_dir(rustix::fs::CWD, dir.path().to_str().unwrap(), "root").unwrap();
-        let listed: Vec<_> = list_entries(fd.as_fd(), "root").unwrap().into_iter().map(|e| e.kind).collect();
+        let listed: Vec<_> =
+            list_entries(fd.as_fd(), "root", 2).unwrap().into_iter().map(|e| e.kind).collect();
         assert_eq!(listed, [Some(Kind::Dir), Some(Kind::Dir)]);
         std::fs::rename(dir.path().join("d"), dir.path().join("elsewhere")).unwrap();
         symlink("elsewhere", dir.path().join("d")).unwrap();
