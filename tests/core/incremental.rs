@@ -4,6 +4,7 @@
 //! inode also reachable from outside the target is never carried. One
 //! changed file takes the fast path: only that file is replaced, no staging.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -253,6 +254,24 @@ fn rotation(changed: impl Fn(usize) -> bool, large: &[&str]) -> (Tree, Tree) {
     (old, new)
 }
 
+/// Sync `new` into a target holding `old` (4 threads) and check the result;
+/// returns the target's inodes before and after, and what was recorded.
+#[allow(clippy::type_complexity)]
+fn sync_over(
+    old: &Tree,
+    new: &Tree,
+) -> (BTreeMap<String, (u64, u64)>, BTreeMap<String, (u64, u64)>, Recorder) {
+    let s = Scratch::new();
+    write_tree(&s.join("target"), old, 0o755);
+    let before = inodes(&s.join("target"));
+    let rec = Recorder::default();
+    let r = durable::sync_dir(s.fd(), "target", new, &opts(&rec, 4)).unwrap();
+    assert_eq!(r.outcome, Outcome::Replaced);
+    assert_eq!(snapshot(&s.join("target")), expected(new, 0o755));
+    assert!(leftovers(s.path()).is_empty());
+    (before, inodes(&s.join("target")), rec)
+}
+
 fn sampled(i: usize) -> bool {
     (0..16).any(|k| k * 100 / 16 == i)
 }
@@ -262,19 +281,11 @@ fn a_tree_whose_sampled_small_files_all_changed_is_rewritten_without_comparing_t
     // Only the 16 sampled files changed; the other 84 kept their bytes. The
     // sample says "rewritten", so those 84 are not read: they are written
     // into fresh inodes like the changed ones, and the result is exact.
-    let s = Scratch::new();
     let (old, new) = rotation(sampled, &[]);
-    write_tree(&s.join("target"), &old, 0o755);
-    let before = inodes(&s.join("target"));
-    let rec = Recorder::default();
-    let r = durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
-    assert_eq!(r.outcome, Outcome::Replaced);
-    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
-    let after = inodes(&s.join("target"));
+    let (before, after, rec) = sync_over(&old, &new);
     assert!(before.keys().all(|p| after[p].0 != before[p].0), "every file is a fresh inode");
     assert_eq!(rec.count("link"), 0, "nothing is carried");
     assert_eq!(rec.staged_creates(), 100);
-    assert!(leftovers(s.path()).is_empty());
 }
 
 #[test]
@@ -282,14 +293,8 @@ fn one_sampled_file_unchanged_keeps_every_unchanged_file_carried() {
     // The same tree, but f000 (the first file sampled) kept its bytes: the
     // sample does not say "rewritten", every file is compared, and all 85
     // unchanged files are carried.
-    let s = Scratch::new();
     let (old, new) = rotation(|i| i != 0 && sampled(i), &[]);
-    write_tree(&s.join("target"), &old, 0o755);
-    let before = inodes(&s.join("target"));
-    let rec = Recorder::default();
-    durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
-    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
-    let after = inodes(&s.join("target"));
+    let (before, after, rec) = sync_over(&old, &new);
     for i in 0..100 {
         let path = format!("f{i:03}");
         let carried = i == 0 || !sampled(i);
@@ -302,14 +307,8 @@ fn one_sampled_file_unchanged_keeps_every_unchanged_file_carried() {
 fn large_unchanged_files_are_compared_and_carried_even_when_the_small_ones_were_rewritten() {
     // Rewriting a large file writes all its bytes back to the disk, so the
     // sample's verdict on the small files never skips comparing it.
-    let s = Scratch::new();
     let (old, new) = rotation(|_| true, &["large-a", "large-b"]);
-    write_tree(&s.join("target"), &old, 0o755);
-    let before = inodes(&s.join("target"));
-    let rec = Recorder::default();
-    durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
-    assert_eq!(snapshot(&s.join("target")), expected(&new, 0o755));
-    let after = inodes(&s.join("target"));
+    let (before, after, rec) = sync_over(&old, &new);
     for large in ["large-a", "large-b"] {
         assert_eq!(after[large].0, before[large].0, "{large} is carried");
     }
