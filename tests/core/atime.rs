@@ -41,16 +41,18 @@ fn a_sync_and_an_unchanged_check_leave_the_access_times_of_what_they_read_alone(
         cannot_check("a read here sets no access time (mounted noatime?); nothing to keep");
         return;
     }
-    for dir in ["src", "target"] {
-        std::fs::create_dir(s.join(dir)).unwrap();
+    // `sub/d` is opened beneath its root in one call (`openat2`), the
+    // others by name in their directory.
+    for dir in ["src/sub", "target/sub"] {
+        std::fs::create_dir_all(s.join(dir)).unwrap();
     }
-    for (name, bytes) in [("a", "same"), ("b", "new b"), ("c", "new c")] {
+    for (name, bytes) in [("a", "same"), ("b", "new b"), ("c", "new c"), ("sub/d", "same d")] {
         std::fs::write(s.join("src").join(name), bytes).unwrap();
     }
-    for (name, bytes) in [("a", "same"), ("b", "old b"), ("c", "old c")] {
+    for (name, bytes) in [("a", "same"), ("b", "old b"), ("c", "old c"), ("sub/d", "same d")] {
         std::fs::write(s.join("target").join(name), bytes).unwrap();
     }
-    let read = ["src/a", "src/b", "src/c", "target/a"];
+    let read = ["src/a", "src/b", "src/c", "src/sub/d", "target/a", "target/sub/d"];
     for path in read {
         make_old(&s.join(path));
     }
@@ -66,7 +68,7 @@ fn a_sync_and_an_unchanged_check_leave_the_access_times_of_what_they_read_alone(
     }
     let out = durasync(&["sync", "target", "--from", "src"], s.path());
     assert!(ok_stdout(&out).starts_with("unchanged target"), "{}", ok_stdout(&out));
-    for path in ["src/a", "src/b", "src/c", "target/a", "target/b", "target/c"] {
+    for path in ["src/a", "src/b", "src/c", "src/sub/d", "target/a", "target/b", "target/c", "target/sub/d"] {
         assert_eq!(atime(&s.join(path)), OLD, "{path} was read without a new access time");
     }
 }
