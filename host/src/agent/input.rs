@@ -43,7 +43,7 @@ pub enum InputError {
     /// The command could not be started.
     #[error("starting input command {program}: {source}")]
     Spawn {
-        /// argv[0].
+        /// `argv[0]`.
         program: String,
         /// The cause.
         source: std::io::Error,
@@ -51,7 +51,7 @@ pub enum InputError {
     /// The command exited with a failure status.
     #[error("input command {program} {status}{stderr}")]
     Failed {
-        /// argv[0].
+        /// `argv[0]`.
         program: String,
         /// How it ended.
         status: String,
@@ -61,7 +61,7 @@ pub enum InputError {
     /// The command outlived its deadline and was killed.
     #[error("input command {program} timed out after {ms} ms (input.command_timeout_ms) and was killed")]
     Timeout {
-        /// argv[0].
+        /// `argv[0]`.
         program: String,
         /// The deadline.
         ms: u128,

@@ -35,7 +35,7 @@
 //! "fsyncgate"; nothing of it is ever reused). The commit fsync and its
 //! unsynced marker are unchanged.
 //!
-//! [`Flush::Auto`] picks per batch ([`choose`]): `syncfs` only when all of
+//! [`Flush::Auto`] picks per batch (`choose`): `syncfs` only when all of
 //! these hold, else `fsync`:
 //!
 //! - the file system is ext4, xfs or btrfs (`fstatfs` `f_type`): local file

@@ -11,7 +11,7 @@
 //! - an operation that changes nothing (unchanged) asks no gate;
 //! - with a gate, a sync always stages the complete tree (the one-file path
 //!   has no staged tree to show), carrying unchanged files by hard link;
-//! - a refusal removes what was staged and returns [`Error::Refused`]
+//! - a refusal removes what was staged and returns [`super::Error::Refused`]
 //!   (crate::durable::Error::Refused): the target is byte-for-byte unchanged.
 //!
 //! Everything a gate does happens before the commit point, under the lock

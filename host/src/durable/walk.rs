@@ -24,7 +24,7 @@ pub(crate) struct Seen {
     /// A directory's permission bits, from the `fstat` of the fd the walk
     /// enters it through; `0` for anything else. A regular file's mode and
     /// size come from the `fstat` of the fd it is read through
-    /// ([`open_regular`]), so a walk costs no `stat` per file.
+    /// ([`meta_of`]), so a walk costs no `stat` per file.
     pub mode: u32,
 }
 

@@ -177,7 +177,7 @@ impl Runtime {
     /// Read the manifest's component, check it against the pinned sha256
     /// (before compiling anything), compile, check the policy, link.
     ///
-    /// A component file whose verified pin is remembered ([`super::pins`])
+    /// A component file whose verified pin is remembered (`runtime/pins.rs`)
     /// and whose precompiled artifact is cached is neither read nor hashed:
     /// one `stat` of the file, then the artifact is loaded and linked (its
     /// imports checked against the policy, as always).

@@ -8,7 +8,7 @@
 //! handed — not an import list. Language runtimes (componentize-py,
 //! componentize-js, Rust's std) import `wasi:clocks`, `wasi:random`,
 //! `wasi:filesystem` and `wasi:sockets` whether or not the plugin uses them,
-//! so the host links them (see [`super::wasi`]) over a context that grants
+//! so the host links them (see `runtime/wasi.rs`) over a context that grants
 //! nothing:
 //!
 //! | interface | what a plugin gets |
