@@ -242,21 +242,10 @@ fn remove_tree_in(
         }
         for child in &batch {
             let child_path = stack.child_path(&child.name);
-            // What the listing says is not a directory is unlinked right
-            // away, without a `statat` first; should it have become a
-            // directory since (EISDIR) or be gone (ENOENT), it is looked
-            // at again below.
-            if child.kind.is_some_and(|k| k != Kind::Dir) {
-                match sys.unlink(stack.top(), &child.name, &child_path) {
-                    Ok(()) => {
-                        removed.fetch_add(1, Ordering::Relaxed);
-                        count += 1;
-                        continue;
-                    }
-                    Err(Error::Io { source, .. }) if matches!(source.raw_os_error(), Some(e) if e == Errno::ISDIR.raw_os_error() || e == Errno::NOENT.raw_os_error()) =>
-                        {}
-                    Err(e) => return Err(e),
-                }
+            if unlink_listed(sys, stack.top(), child, &child_path)? {
+                removed.fetch_add(1, Ordering::Relaxed);
+                count += 1;
+                continue;
             }
             let child = &child.name;
             match kind_at(stack.top(), child, &child_path)? {
@@ -273,6 +262,28 @@ fn remove_tree_in(
                 }
             }
         }
+    }
+}
+
+/// Unlink `child` of `dir` right away when its listing says it is not a
+/// directory, without a `statat` first: `Ok(true)` once it is unlinked,
+/// `Ok(false)` when it is to be looked at instead (the listing gave a
+/// directory or no kind, or it became a directory since, EISDIR, or is
+/// gone, ENOENT).
+fn unlink_listed(sys: &Sys<'_>, dir: BorrowedFd<'_>, child: &Entry, path: &str) -> Result<bool> {
+    if !child.kind.is_some_and(|k| k != Kind::Dir) {
+        return Ok(false);
+    }
+    match sys.unlink(dir, &child.name, path) {
+        Ok(()) => Ok(true),
+        Err(Error::Io { source, .. })
+            if [Errno::ISDIR, Errno::NOENT]
+                .iter()
+                .any(|e| source.raw_os_error() == Some(e.raw_os_error())) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -331,4 +342,37 @@ fn remove_children_parallel(
         Ok(())
     })?;
     Ok(count.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+    use crate::durable::probe::NoProbe;
+    use crate::durable::sys::open_dir;
+
+    #[test]
+    fn what_the_listing_says_is_a_file_is_unlinked_and_anything_else_is_left_to_look_at() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("file"), b"x").unwrap();
+        std::fs::create_dir(tmp.path().join("now-a-dir")).unwrap();
+        std::fs::create_dir(tmp.path().join("dir")).unwrap();
+        let dir = open_dir(rustix::fs::CWD, tmp.path().to_str().unwrap(), "tmp").unwrap();
+        let sys = Sys::new(&NoProbe);
+        let listed = |name: &str, kind| Entry { name: name.to_owned(), kind };
+        let unlink = |e: &Entry| unlink_listed(&sys, dir.as_fd(), e, &e.name).unwrap();
+        assert!(unlink(&listed("file", Some(Kind::File))));
+        assert!(!tmp.path().join("file").exists());
+        // Listed as a file, a directory by the time it is unlinked: EISDIR.
+        assert!(!unlink(&listed("now-a-dir", Some(Kind::File))));
+        assert!(tmp.path().join("now-a-dir").is_dir());
+        // Gone since it was listed: ENOENT.
+        assert!(!unlink(&listed("gone", Some(Kind::Symlink))));
+        // A directory, or no kind given: not even tried.
+        assert!(!unlink(&listed("dir", Some(Kind::Dir))));
+        std::fs::write(tmp.path().join("unknown"), b"x").unwrap();
+        assert!(!unlink(&listed("unknown", None)));
+        assert!(tmp.path().join("unknown").exists());
+    }
 }
