@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::error::{Error, Result, Step};
 use super::parallel;
-use super::resolve::open_file_beneath;
 use super::sys::{Kind, join};
 use super::tree::{Node, RequestLimits, Tree};
-use super::walk::{Meta, meta_of, source_listing_max, walk};
+use super::walk::{Meta, open_stat, source_listing_max, walk};
 
 /// How an existing directory differs from a requested tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -323,11 +322,7 @@ fn same_file(
     max: u64,
 ) -> bool {
     let shown = join(target_path, rel);
-    let regular = |dir| {
-        let fd = open_file_beneath(dir, rel, &shown).ok()?;
-        let meta = meta_of(&fd, &shown).ok().filter(|m| m.kind == Kind::File)?;
-        Some((fd, meta))
-    };
+    let regular = |dir| open_stat(dir, rel, &shown).ok().filter(|(_, m)| m.kind == Kind::File);
     let (Some((ours, a)), Some((theirs, b))) = (regular(src), regular(target)) else {
         return false;
     };
@@ -352,6 +347,13 @@ thread_local! {
     static BUFS: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// Grow a [`BUFS`] buffer to at least `len` bytes.
+fn at_least(buf: &mut Vec<u8>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+}
+
 /// Whether the files behind `a` and `b` both hold exactly `size` bytes,
 /// the same ones: chunks of at most [`SAME_CHUNK`] read from each side,
 /// the last asking one byte more than is left, so that on a regular file
@@ -361,11 +363,8 @@ thread_local! {
 fn same_bytes(a: &OwnedFd, b: &OwnedFd, size: u64) -> bool {
     BUFS.with_borrow_mut(|(x, y)| {
         let len = size.min(SAME_CHUNK) as usize + 1;
-        for buf in [&mut *x, &mut *y] {
-            if buf.len() < len {
-                buf.resize(len, 0);
-            }
-        }
+        at_least(x, len);
+        at_least(y, len);
         let mut left = size;
         loop {
             let last = left <= SAME_CHUNK;
@@ -412,8 +411,7 @@ fn file_match(
     expected: &[u8],
     mode: Option<u32>,
 ) -> Result<Option<Meta>> {
-    let fd = open_file_beneath(dir, rel, path)?;
-    let meta = meta_of(&fd, path)?;
+    let (fd, meta) = open_stat(dir, rel, path)?;
     if meta.kind != Kind::File || meta.size != expected.len() as u64 || mode.is_some_and(|m| m != meta.mode) {
         return Ok(None);
     }
@@ -425,10 +423,7 @@ fn file_match(
 /// shorter than that, truncated meanwhile, does not).
 fn holds_bytes(fd: &OwnedFd, path: &str, expected: &[u8]) -> Result<bool> {
     BUFS.with_borrow_mut(|(buf, _)| {
-        let len = expected.len().min(SAME_CHUNK as usize);
-        if buf.len() < len {
-            buf.resize(len, 0);
-        }
+        at_least(buf, expected.len().min(SAME_CHUNK as usize));
         for want in expected.chunks(SAME_CHUNK as usize) {
             let mut filled = 0;
             while filled < want.len() {

@@ -24,7 +24,7 @@ pub(crate) struct Seen {
     /// A directory's permission bits, from the `fstat` of the fd the walk
     /// enters it through; `0` for anything else. A regular file's mode and
     /// size come from the `fstat` of the fd it is read through
-    /// ([`meta_of`]), so a walk costs no `stat` per file.
+    /// ([`open_stat`]), so a walk costs no `stat` per file.
     pub mode: u32,
 }
 
@@ -376,7 +376,7 @@ pub(crate) struct Meta {
 }
 
 /// `fstat` of `fd`.
-pub(crate) fn meta_of(fd: &OwnedFd, path: &str) -> Result<Meta> {
+fn meta_of(fd: &OwnedFd, path: &str) -> Result<Meta> {
     let st = rustix::fs::fstat(fd).map_err(|e| Error::io(Step::Read, path, e))?;
     Ok(Meta {
         kind: kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)),
@@ -386,6 +386,15 @@ pub(crate) fn meta_of(fd: &OwnedFd, path: &str) -> Result<Meta> {
         nlink: st.st_nlink,
         uid: st.st_uid,
     })
+}
+
+/// Open the entry at the checked relative path `rel` beneath `dir` for
+/// reading ([`open_file_beneath`]) and `fstat` it: what it is is for the
+/// caller to judge.
+pub(crate) fn open_stat(dir: BorrowedFd<'_>, rel: &str, path: &str) -> Result<(OwnedFd, Meta)> {
+    let fd = open_file_beneath(dir, rel, path)?;
+    let meta = meta_of(&fd, path)?;
+    Ok((fd, meta))
 }
 
 /// [`read_file_at`] of a file already opened for reading.
@@ -470,9 +479,7 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
                 files.push(Listed { rel: seen.path.clone(), read: OnceLock::new() });
                 Ok(())
             }
-            Kind::Symlink => Err(Error::UnsupportedEntry { path: shown, kind: "symbolic link" }),
-            Kind::Other(kind) => Err(Error::UnsupportedEntry { path: shown, kind }),
-            Kind::Missing => Ok(()),
+            other => unsupported(other, &shown).map_or(Ok(()), Err),
         }
     })?;
     // The bytes claimed so far: each file reserves its `fstat` size before
@@ -482,15 +489,9 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
     let over = |actual: u64| Error::Limit { what: "bytes in one sync", limit: limits.max_bytes, actual };
     let _ = parallel::try_for_each(&files, parallel::per_file_threads(files.len()), |file| {
         let shown = join(path, &file.rel);
-        let got = open_file_beneath(root.as_fd(), &file.rel, &shown).and_then(|fd| {
-            let meta = meta_of(&fd, &shown)?;
-            match meta.kind {
-                Kind::File => {}
-                Kind::Symlink => {
-                    return Err(Error::UnsupportedEntry { path: shown.clone(), kind: "symbolic link" });
-                }
-                Kind::Other(kind) => return Err(Error::UnsupportedEntry { path: shown.clone(), kind }),
-                _ => return Err(Error::NotAFile { path: shown.clone() }),
+        let got = open_stat(root.as_fd(), &file.rel, &shown).and_then(|(fd, meta)| {
+            if meta.kind != Kind::File {
+                return Err(unsupported(meta.kind, &shown).unwrap_or(Error::NotAFile { path: shown.clone() }));
             }
             let before = claimed.fetch_add(meta.size, Ordering::Relaxed);
             let left = limits.max_bytes.saturating_sub(before);
@@ -518,6 +519,16 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
         }
     }
     Ok(tree)
+}
+
+/// Why an entry of kind `kind` at `path` cannot be in a source: a link, a
+/// fifo, a socket or a device; `None` for a file, a directory or nothing.
+fn unsupported(kind: Kind, path: &str) -> Option<Error> {
+    match kind {
+        Kind::Symlink => Some(Error::UnsupportedEntry { path: path.to_owned(), kind: "symbolic link" }),
+        Kind::Other(kind) => Some(Error::UnsupportedEntry { path: path.to_owned(), kind }),
+        Kind::File | Kind::Dir | Kind::Missing => None,
+    }
 }
 
 /// A regular file the walk of a source listed: its path, and what reading
