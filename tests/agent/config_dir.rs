@@ -2,6 +2,7 @@
 //! duplicate names, and directories the agent cannot use.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Command;
 
 use super::{Agent, IO, Node, POLICY, once, support};
@@ -184,4 +185,60 @@ fn a_metrics_address_in_use_is_a_clear_error_before_anything_runs() {
     assert_eq!(out.status.code(), Some(IO), "{stderr}");
     assert!(stderr.contains(&format!("serving metrics on {addr}: ")), "{stderr}");
     assert_eq!(node.generation("a"), None, "nothing ran");
+}
+
+/// Kubelet's atomic writer, step by step as it updates a mounted
+/// ConfigMap: the new version's files in a fresh `..<timestamp>`
+/// directory, a `..data_tmp` symlink to it renamed over `..data`, the
+/// top-level symlinks of added keys created, then the old version removed.
+fn kubelet_update(dir: &Path, version: &str, files: &[(&str, &str)]) {
+    let ts = dir.join(version);
+    std::fs::create_dir(&ts).unwrap();
+    for (name, text) in files {
+        std::fs::write(ts.join(name), text).unwrap();
+    }
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    for (name, _) in files {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), link).unwrap();
+        }
+    }
+    if let Some(old) = old {
+        std::fs::remove_dir_all(dir.join(old)).unwrap();
+    }
+}
+
+#[test]
+fn a_configmap_update_of_the_config_dir_reloads_the_changed_manifest_without_a_sighup() {
+    let node = Node::new();
+    std::fs::create_dir_all(node.root("a")).unwrap();
+    std::fs::create_dir_all(node.root("moved")).unwrap();
+    node.set_generation("a", 1);
+    let input = format!("[input]\nfile = \"{}\"\n", node.input("a").display());
+    let first = super::certsync_manifest("a", &node.root("a"), &input);
+    kubelet_update(&node.config_dir(), "..2026_12_02_10_00_00.1", &[("a.toml", &first)]);
+    let mut agent = Agent::start(&node, &[]);
+    node.wait_generation("a", 1, &agent);
+
+    // The manifest's own name never changes: only `..data` is swapped.
+    let second = super::certsync_manifest("a", &node.root("moved"), &input);
+    kubelet_update(&node.config_dir(), "..2026_12_02_10_01_00.2", &[("a.toml", &second)]);
+    node.wait_generation("moved", 1, &agent);
+    agent.wait_log_count("loaded", 2);
+    agent.wait_metric("durasync_agent_instances", 1.0);
+
+    // A key added to the ConfigMap is a new instance, through the same swap.
+    std::fs::create_dir_all(node.root("b")).unwrap();
+    node.set_generation("b", 1);
+    let b = super::certsync_manifest(
+        "b",
+        &node.root("b"),
+        &format!("[input]\nfile = \"{}\"\n", node.input("b").display()),
+    );
+    kubelet_update(&node.config_dir(), "..2026_12_02_10_02_00.3", &[("a.toml", &second), ("b.toml", &b)]);
+    node.wait_generation("b", 1, &agent);
+    agent.wait_metric("durasync_agent_instances", 2.0);
 }

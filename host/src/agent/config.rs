@@ -264,10 +264,20 @@ pub fn is_manifest_name(name: &std::ffi::OsStr) -> bool {
 /// Read one manifest file (bounded by [`MAX_MANIFEST_BYTES`]).
 pub fn read_manifest(path: &Path) -> Result<String, Error> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |e: std::io::Error| {
         Error::Runtime(runtime::Error::Io { what: format!("reading manifest {}", path.display()), source: e })
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    // Non-blocking, and a regular file only: a fifo or a device in the
+    // config directory must not stall the agent's loop.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(io)?;
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(io(std::io::Error::other("not a regular file")));
+    }
     let mut text = String::new();
     file.take(MAX_MANIFEST_BYTES + 1).read_to_string(&mut text).map_err(io)?;
     if text.len() as u64 > MAX_MANIFEST_BYTES {

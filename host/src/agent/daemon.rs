@@ -178,10 +178,21 @@ impl Daemon {
         let tx = self.tx.clone();
         let flush = self.opts.flush;
         let spawned = spawn_traced("load".into(), move || {
+            // One manifest after another (a compile's memory is not
+            // multiplied), each behind `catch_unwind`: a panic while loading
+            // one manifest is that manifest's load error, never the batch's,
+            // so the others load and the loader thread lives on.
             let attempts = files
                 .into_iter()
                 .map(|file| {
-                    let (text, result) = load(&runtime, &file, flush);
+                    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        load(&runtime, &file, flush)
+                    }));
+                    let (text, result) = loaded.unwrap_or_else(|panic| {
+                        let reason = panic_message(&*panic);
+                        tracing::error!(file = %file.display(), "loading panicked: {reason}");
+                        (None, Err(Error::LoadPanic { file: file.clone(), reason }))
+                    });
                     (file, text, result)
                 })
                 .collect();
@@ -514,7 +525,13 @@ impl Daemon {
             }
             Change::Entry { wd, name, complete } => {
                 let Some(dir) = self.watcher.dir_of(wd).map(Path::to_path_buf) else { return };
-                if dir == self.opts.config_dir && config::is_manifest_name(&name) {
+                // Any entry of the config directory, not only `*.toml`: a
+                // manifest may be a symlink through another entry, as in
+                // kubelet's ConfigMap volume (`a.toml -> ..data/a.toml`,
+                // `..data -> ..<timestamp>`, an update renaming a new
+                // `..data` over the old). A reload only loads manifests
+                // whose text changed, so an unrelated entry costs a read.
+                if dir == self.opts.config_dir {
                     self.reload_at = Some(Instant::now() + CONFIG_SETTLE);
                 }
                 if !complete {
@@ -593,6 +610,15 @@ fn jitter(max: Duration) -> Duration {
         Ok(8) => Duration::from_nanos(u64::from_ne_bytes(bytes) % nanos),
         _ => Duration::ZERO,
     }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 #[cfg(test)]

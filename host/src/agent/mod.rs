@@ -145,6 +145,15 @@ pub enum Error {
     /// A manifest or plugin error (loading, or the runtime itself).
     #[error(transparent)]
     Runtime(runtime::Error),
+    /// Loading a manifest panicked (a bug, or input nothing else refused):
+    /// that instance's load error; the other instances load as usual.
+    #[error("loading {}: the loader panicked: {reason}", .file.display())]
+    LoadPanic {
+        /// The manifest.
+        file: PathBuf,
+        /// The panic's message.
+        reason: String,
+    },
     /// Serving metrics failed to start.
     #[error("serving metrics on {addr}: {reason}")]
     Serve {

@@ -105,9 +105,26 @@ impl Ledger {
         let text = durable::read_file(dir.as_fd(), file, &limits, &durable::Cancel::NEVER).map_err(io)?;
         let mut state = State::default();
         if let Some(bytes) = text {
-            let text = String::from_utf8(bytes)
-                .map_err(|_| LedgerError::Corrupt { file: file.to_owned(), reason: "not UTF-8".into() })?;
-            for name in text.lines().filter(|l| !l.is_empty()) {
+            // Each line is one name. A line that is not UTF-8 (or holds a
+            // control character) is not something this host wrote: refuse
+            // the whole ledger, naming the line, rather than drop an owed
+            // action silently or run a garbled name. Nothing is rewritten,
+            // so the other owed actions stay on disk for when it is fixed.
+            for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+                if line.is_empty() {
+                    continue;
+                }
+                let corrupt = |what: &str| LedgerError::Corrupt {
+                    file: file.to_owned(),
+                    reason: format!(
+                        "line {} {what}; fix or remove that line (the other lines are owed actions)",
+                        i + 1
+                    ),
+                };
+                let name = std::str::from_utf8(line).map_err(|_| corrupt("is not UTF-8"))?;
+                if name.chars().any(char::is_control) {
+                    return Err(corrupt("holds a control character"));
+                }
                 state.seq += 1;
                 state.owed.insert(name.to_owned(), state.seq);
             }
@@ -120,15 +137,25 @@ impl Ledger {
     /// the earlier change no longer clears them), without a write.
     pub fn owe(&self, names: &[String], opts: &Options<'_>) -> Result<(), LedgerError> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let mut added = false;
+        // The memory follows the disk, never leads it: the new names are
+        // written (durably) from a copy first, and only once that write
+        // returned are they owed in memory. A failed write leaves the
+        // state as it was, so the caller's retry writes again instead of
+        // finding the name "already owed" and committing with nothing on
+        // disk (an action lost at the next crash).
+        let fresh: Vec<&String> = names.iter().filter(|n| !st.owed.contains_key(*n)).collect();
+        if !fresh.is_empty() {
+            let mut listed: Vec<&str> = st.owed.keys().map(String::as_str).collect();
+            listed.extend(fresh.iter().map(|n| n.as_str()));
+            listed.sort_unstable();
+            listed.dedup();
+            // Durable before the caller goes on to the swap (see "Ordering").
+            self.write(listed.into_iter(), opts)?;
+        }
         for name in names {
             st.seq += 1;
             let seq = st.seq;
-            added |= st.owed.insert(name.clone(), seq).is_none();
-        }
-        if added {
-            // Durable before the caller goes on to the swap (see "Ordering").
-            self.write(&st, opts)?;
+            st.owed.insert(name.clone(), seq);
         }
         Ok(())
     }
@@ -156,16 +183,17 @@ impl Ledger {
         if st.owed.get(name) != Some(&seq) {
             return Ok(false);
         }
-        st.owed.remove(name);
         // Cleared only after the action succeeded; a crash before this write
-        // is durable runs the action again (at least once).
-        self.write(&st, opts)?;
+        // is durable runs the action again (at least once). Memory follows
+        // the disk here too: a failed clear leaves it owed (it runs again).
+        self.write(st.owed.keys().map(String::as_str).filter(|n| *n != name), opts)?;
+        st.owed.remove(name);
         Ok(true)
     }
 
-    fn write(&self, st: &State, opts: &Options<'_>) -> Result<(), LedgerError> {
+    fn write<'n>(&self, names: impl Iterator<Item = &'n str>, opts: &Options<'_>) -> Result<(), LedgerError> {
         let mut text = String::new();
-        for name in st.owed.keys() {
+        for name in names {
             text.push_str(name);
             text.push('\n');
         }
@@ -193,6 +221,38 @@ fn file_name(instance: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_owe_leaves_nothing_owed_in_memory_so_its_retry_writes_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("actions");
+        std::fs::create_dir(&dir).unwrap();
+        let fd = rustix::fs::open(&dir, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY, 0.into())
+            .unwrap();
+        let l = Ledger::open_at(fd, "app.owed").unwrap();
+        // The directory is gone: every write fails (ENOENT), as a
+        // read-only or immutable state dir would make it fail.
+        std::fs::remove_dir(&dir).unwrap();
+        let o = Options::default();
+        assert!(l.owe(&["reload".into()], &o).is_err());
+        assert!(l.is_empty(), "owed in memory though never written: {:?}", l.owed());
+        // The retry writes again (and fails again) instead of finding the
+        // name owed and letting the change commit with nothing on disk.
+        assert!(l.owe(&["reload".into()], &o).is_err());
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_ledger_line_that_is_not_utf8_is_refused_naming_its_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join(file_name("app")), b"reload\n\xff\xfe\n").unwrap();
+        let err = Ledger::open(tmp.path(), "app").unwrap_err().to_string();
+        assert!(err.contains("line 2 is not UTF-8"), "{err}");
+        // Fixed by hand: the next open reads the owed action.
+        std::fs::write(tmp.path().join(file_name("app")), b"reload\n").unwrap();
+        let l = Ledger::open(tmp.path(), "app").unwrap();
+        assert_eq!(l.owed().into_iter().map(|(n, _)| n).collect::<Vec<_>>(), ["reload"]);
+    }
 
     #[test]
     fn owed_actions_survive_a_reopen_and_a_reowed_one_is_not_cleared_by_an_old_done() {
