@@ -20,7 +20,10 @@
 //!
 //! The fixture files are the operator's, yet bounded: [`MAX_CASES`],
 //! [`MAX_TREE_FILES`] and [`MAX_TREE_BYTES`]; links and special files in a
-//! fixture are refused naming them.
+//! fixture are refused naming them, and no link is followed (not `before`,
+//! `after` or a root's folder). Anything in CASES_DIR that is not a folder
+//! (a link to one, a fifo, a file) is a failed case naming it, never
+//! skipped: a case that did not run must not read as passed.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -84,6 +87,8 @@ pub enum Expect {
 pub struct Case {
     /// The folder's name.
     pub name: String,
+    /// Why this entry of CASES_DIR is no case (it fails without running).
+    refused: Option<String>,
     dir: PathBuf,
     expect: Expect,
     config_json: Option<String>,
@@ -103,24 +108,72 @@ pub enum Verdict {
     Fail(Vec<String>),
 }
 
-/// The cases of `dir`, sorted by name.
+/// The cases of `dir`, sorted by name. An entry that is not a folder (a
+/// link, even to a folder, a fifo, a file) is a case that fails naming
+/// what it is: nothing in CASES_DIR is skipped silently.
 pub fn load_cases(dir: &Path) -> Result<Vec<Case>, Error> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io(format!("reading cases {}", dir.display())))? {
         let entry = entry.map_err(io(format!("reading cases {}", dir.display())))?;
-        if entry.file_type().map_err(io("reading a case"))?.is_dir() {
-            let name = entry.file_name().into_string().map_err(|n| fixture(&dir.join(&n), "is not UTF-8"))?;
-            names.push(name);
-            if names.len() > MAX_CASES {
-                return Err(fixture(dir, format!("holds more than {MAX_CASES} cases")));
-            }
+        // The entry's own type (lstat): a link is not followed.
+        let kind = entry.file_type().map_err(io("reading a case"))?;
+        let name = entry.file_name().into_string().map_err(|n| fixture(&dir.join(&n), "is not UTF-8"))?;
+        let refused = (!kind.is_dir()).then(|| not_a_case(&dir.join(&name), kind));
+        names.push((name, refused));
+        if names.len() > MAX_CASES {
+            return Err(fixture(dir, format!("holds more than {MAX_CASES} cases")));
         }
     }
     if names.is_empty() {
         return Err(fixture(dir, "holds no case (a folder with case.toml)"));
     }
     names.sort();
-    names.iter().map(|n| load_case(&dir.join(n), n)).collect()
+    names
+        .into_iter()
+        .map(|(n, refused)| match refused {
+            None => load_case(&dir.join(&n), &n),
+            Some(why) => Ok(Case {
+                name: n,
+                refused: Some(why),
+                dir: PathBuf::new(),
+                expect: Expect::Error(String::new()),
+                config_json: None,
+                modes: BTreeMap::new(),
+                input: Vec::new(),
+            }),
+        })
+        .collect()
+}
+
+/// Why an entry of CASES_DIR of type `kind` is no case.
+fn not_a_case(path: &Path, kind: std::fs::FileType) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if kind.is_symlink() {
+        "a symbolic link (links are not followed)"
+    } else if kind.is_fifo() {
+        "a fifo"
+    } else if kind.is_file() {
+        "a regular file"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    };
+    format!("{}: is {what}, not a case folder; the case was not run", path.display())
+}
+
+/// Whether the fixture folder `path` exists: a real directory, never
+/// through a link (a link or anything else there is refused).
+fn fixture_dir(path: &Path) -> Result<bool, Error> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io(format!("reading {}", path.display()))(e)),
+        Ok(m) if m.is_dir() => Ok(true),
+        Ok(m) if m.is_symlink() => {
+            Err(fixture(path, "is a symbolic link; a fixture folder must be a directory"))
+        }
+        Ok(_) => Err(fixture(path, "must be a directory")),
+    }
 }
 
 fn read_small(path: &Path) -> Result<Option<Vec<u8>>, Error> {
@@ -138,50 +191,61 @@ fn read_small(path: &Path) -> Result<Option<Vec<u8>>, Error> {
 fn load_case(dir: &Path, name: &str) -> Result<Case, Error> {
     let toml_path = dir.join("case.toml");
     let text = read_small(&toml_path)?.ok_or_else(|| fixture(&toml_path, "is missing"))?;
-    let text = String::from_utf8(text).map_err(|_| fixture(&toml_path, "is not UTF-8"))?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| fixture(&toml_path, e.to_string()))?;
+    let (expect, config_json, modes) = parse_case(&text, &toml_path)?;
+    let input = read_small(&dir.join("input"))?.unwrap_or_default();
+    Ok(Case { name: name.to_owned(), refused: None, dir: dir.to_owned(), expect, config_json, modes, input })
+}
+
+/// What a case's `case.toml` holds: the expectation, the `[config]` as
+/// JSON, the `[modes]`.
+type CaseToml = (Expect, Option<String>, BTreeMap<String, u32>);
+
+/// Parse the bytes of `case.toml` (at `toml_path`, named in errors).
+pub(crate) fn parse_case(text: &[u8], toml_path: &Path) -> Result<CaseToml, Error> {
+    let text = std::str::from_utf8(text).map_err(|_| fixture(toml_path, "is not UTF-8"))?;
+    let table: toml::Table = toml::from_str(text).map_err(|e| fixture(toml_path, e.to_string()))?;
     for key in table.keys() {
         if !["result", "error", "config", "modes"].contains(&key.as_str()) {
-            return Err(fixture(&toml_path, format!("unknown key `{key}` (result, error, config, modes)")));
+            return Err(fixture(toml_path, format!("unknown key `{key}` (result, error, config, modes)")));
         }
     }
     let text_of = |key: &str| match table.get(key) {
         None => Ok(None),
         Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(fixture(&toml_path, format!("`{key}` must be a string"))),
+        Some(_) => Err(fixture(toml_path, format!("`{key}` must be a string"))),
     };
     let expect = match (text_of("result")?, text_of("error")?) {
         (Some(r), None) => Expect::Result(r),
         (None, Some(e)) if !e.is_empty() => Expect::Error(e),
-        _ => return Err(fixture(&toml_path, "needs exactly one of `result` or a non-empty `error`")),
+        _ => return Err(fixture(toml_path, "needs exactly one of `result` or a non-empty `error`")),
     };
     let config_json = match table.get("config") {
         None => None,
         Some(toml::Value::Table(t)) => {
-            Some(serde_json::to_string(t).map_err(|e| fixture(&toml_path, format!("[config]: {e}")))?)
+            Some(serde_json::to_string(t).map_err(|e| fixture(toml_path, format!("[config]: {e}")))?)
         }
-        Some(_) => return Err(fixture(&toml_path, "`config` must be a table")),
+        Some(_) => return Err(fixture(toml_path, "`config` must be a table")),
     };
     let mut modes = BTreeMap::new();
     if let Some(m) = table.get("modes") {
-        let m = m.as_table().ok_or_else(|| fixture(&toml_path, "`modes` must be a table"))?;
+        let m = m.as_table().ok_or_else(|| fixture(toml_path, "`modes` must be a table"))?;
         for (path, v) in m {
             let mode =
                 v.as_integer().and_then(|n| u32::try_from(n).ok()).filter(|n| *n <= 0o7777).ok_or_else(
-                    || fixture(&toml_path, format!("modes.\"{path}\" must be permission bits (0o644)")),
+                    || fixture(toml_path, format!("modes.\"{path}\" must be permission bits (0o644)")),
                 )?;
             modes.insert(path.clone(), mode);
         }
     }
-    let input = read_small(&dir.join("input"))?.unwrap_or_default();
-    Ok(Case { name: name.to_owned(), dir: dir.to_owned(), expect, config_json, modes, input })
+    Ok((expect, config_json, modes))
 }
 
 /// Read the tree at `dir` (missing: empty), skipping the host's `.durasync*`
-/// entries; links and special files are refused, sizes bounded.
+/// entries; links (`dir` itself too) and special files are refused, sizes
+/// bounded.
 pub fn snapshot(dir: &Path) -> Result<Snapshot, Error> {
     let mut out = Snapshot::new();
-    if !dir.exists() {
+    if !fixture_dir(dir)? {
         return Ok(out);
     }
     let mut bytes = 0u64;
@@ -237,7 +301,7 @@ fn plant(tree: &Snapshot, dir: &Path) -> Result<(), Error> {
 fn fixture_roots(case: &Case, manifest: &Manifest) -> Result<(), Error> {
     for sub in ["before", "after"] {
         let d = case.dir.join(sub);
-        if !d.exists() {
+        if !fixture_dir(&d)? {
             continue;
         }
         for entry in std::fs::read_dir(&d).map_err(io(format!("reading {}", d.display())))? {
@@ -258,6 +322,9 @@ fn fixture_roots(case: &Case, manifest: &Manifest) -> Result<(), Error> {
 /// Run `case` with `plugin` (loaded from `manifest`), each root a fresh
 /// folder under `work`, and compare.
 pub fn run_case(plugin: &Plugin, manifest: &Manifest, case: &Case, work: &Path) -> Result<Verdict, Error> {
+    if let Some(why) = &case.refused {
+        return Ok(Verdict::Fail(vec![why.clone()]));
+    }
     fixture_roots(case, manifest)?;
     let mut m = manifest.clone();
     let mut roots = BTreeMap::new();
@@ -283,7 +350,7 @@ pub fn run_case(plugin: &Plugin, manifest: &Manifest, case: &Case, work: &Path) 
     }
     for (name, (dir, before)) in &roots {
         let after_dir = case.dir.join("after").join(name);
-        let want = if after_dir.exists() { snapshot(&after_dir)? } else { before.clone() };
+        let want = if fixture_dir(&after_dir)? { snapshot(&after_dir)? } else { before.clone() };
         let got = snapshot(dir)?;
         diffs.extend(compare(name, &want, &got, &case.modes));
     }
@@ -376,5 +443,56 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", tmp.path().join("l")).unwrap();
         let err = snapshot(tmp.path()).unwrap_err().to_string();
         assert!(err.contains("/l: is neither a regular file nor a directory"), "{err}");
+    }
+
+    fn mkfifo(path: &Path) {
+        let mode = rustix::fs::Mode::from(0o600);
+        rustix::fs::mknodat(rustix::fs::CWD, path, rustix::fs::FileType::Fifo, mode, 0).unwrap();
+    }
+
+    #[test]
+    fn a_case_folder_that_is_a_link_or_a_fifo_is_a_failed_case_not_skipped() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("real")).unwrap();
+        std::fs::write(tmp.path().join("real/case.toml"), "result = \"ok\"\n").unwrap();
+        std::os::unix::fs::symlink("real", tmp.path().join("link")).unwrap();
+        mkfifo(&tmp.path().join("pipe"));
+        let cases = load_cases(tmp.path()).unwrap();
+        let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["link", "pipe", "real"]);
+        let why = |c: &Case| c.refused.clone().unwrap_or_default();
+        assert!(
+            why(&cases[0]).ends_with(
+                "/link: is a symbolic link (links are not followed), not a case folder; the case was not run"
+            ),
+            "{}",
+            why(&cases[0])
+        );
+        assert!(
+            why(&cases[1]).ends_with("/pipe: is a fifo, not a case folder; the case was not run"),
+            "{}",
+            why(&cases[1])
+        );
+        assert_eq!(cases[2].refused, None);
+    }
+
+    #[test]
+    fn a_fixture_folder_that_is_a_link_is_refused_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("secret"), "s").unwrap();
+        let root = tmp.path().join("case/before/out");
+        std::fs::create_dir_all(root.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &root).unwrap();
+        let err = snapshot(&root).unwrap_err().to_string();
+        assert!(
+            err.contains("before/out: is a symbolic link; a fixture folder must be a directory"),
+            "{err}"
+        );
+        mkfifo(&tmp.path().join("fifo"));
+        let err = snapshot(&tmp.path().join("fifo")).unwrap_err().to_string();
+        assert!(err.contains("fifo: must be a directory"), "{err}");
+        assert_eq!(snapshot(&tmp.path().join("missing")).unwrap(), Snapshot::new());
     }
 }

@@ -32,7 +32,12 @@
 //!
 //! What the sandbox would trap on (an unknown handle, a malformed request,
 //! more data in one call than `limits.call_bytes`) is answered
-//! `{"trap":"…"}` and ends the session, as a trap ends a run. Not modelled:
+//! `{"trap":"…"}` and ends the session, as a trap ends a run. A request
+//! line is bounded ([`Harness::max_line_bytes`]) and decoded without
+//! building what is not read (unknown keys, nested values, the files of a
+//! `sync` past one more than `limits.write_files` or the core's
+//! `max_files`, which the services then refuse as the runtime does):
+//! memory stays near the line's own size. Not modelled:
 //! fuel, memory, the run's deadline and the output cap (they limit the
 //! plugin's own code, which runs natively under a harness).
 
@@ -142,10 +147,16 @@ impl Harness {
                 self.max_calls
             ));
         }
-        let req: Value = serde_json::from_slice(line).map_err(|e| format!("a request is not JSON: {e}"))?;
-        let call = req.get("call").and_then(Value::as_str).ok_or("a request has no \"call\" string")?;
-        let call = call.to_owned();
-        let r = Request { v: &req, call: &call };
+        // One more file than a sync may write (per run, or per call in the
+        // core) is enough for the services to refuse it with the runtime's
+        // own `limit` error; the rest of a longer list is walked, not kept.
+        let most = self.session.limits().write_files.min(self.session.core_options().limits.max_files);
+        let req = parse_request(line, most.saturating_add(1))?;
+        let call = match req.args.get("call") {
+            Some(Arg::Str(c)) => c.clone(),
+            _ => return Err("a request has no \"call\" string".to_owned()),
+        };
+        let r = Request { args: &req.args, files: req.files.as_ref(), call: &call };
         let result: services::Result<Value> = match call.as_str() {
             "open-root" => {
                 let name = r.str("name")?;
@@ -266,25 +277,203 @@ fn report(r: services::Report) -> Value {
     json!({"outcome": r.outcome.as_str(), "written": r.written, "removed": r.removed})
 }
 
+/// The arguments a request may carry (the WIT's parameter names and the
+/// harness's own); any other key is skipped unread.
+const ARGS: [&str; 10] = ["call", "name", "path", "dir", "mode", "contents", "level", "message", "a", "b"];
+
+/// One argument as decoded: only strings and non-negative integers are
+/// kept; anything else is remembered by kind alone (a list or an object
+/// is walked without being built, so a line cannot make the host hold
+/// more than its own bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Arg {
+    Str(String),
+    U64(u64),
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Arg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Arg;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an argument")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Arg, E> {
+                Ok(Arg::Str(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Arg, E> {
+                Ok(Arg::Str(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Arg, E> {
+                Ok(Arg::U64(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Arg, E> {
+                Ok(u64::try_from(v).map_or(Arg::Other, Arg::U64))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Arg, E> {
+                Ok(Arg::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Arg, E> {
+                Ok(Arg::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Arg, E> {
+                Ok(Arg::Other)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Arg, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Arg::Other)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Arg, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Arg::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The known arguments of one JSON object, by name.
+type Args = BTreeMap<&'static str, Arg>;
+
+/// A `files` list: the first `max` entries' arguments (the rest are
+/// walked, not kept).
+#[derive(Debug)]
+enum Files {
+    List(Vec<Args>),
+    Other,
+}
+
+/// A decoded request line.
+#[derive(Debug)]
+struct Parsed {
+    args: Args,
+    files: Option<Files>,
+}
+
+/// Decode one request line. Memory is bounded by the line's length (the
+/// known arguments' strings) and by `max_files` kept entries of a `files`
+/// list; nothing else is built.
+fn parse_request(line: &[u8], max_files: u64) -> Result<Parsed, String> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    /// An object's known arguments; `files` only where `files` is `Some`.
+    struct Object {
+        files: Option<u64>,
+    }
+    impl<'de> DeserializeSeed<'de> for Object {
+        type Value = Parsed;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Parsed, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Object {
+        type Value = Parsed;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+            let mut out = Parsed { args: Args::new(), files: None };
+            while let Some(key) = map.next_key::<String>()? {
+                if let Some(known) = ARGS.iter().find(|k| **k == key) {
+                    out.args.insert(known, map.next_value()?);
+                } else if let (Some(max), "files") = (self.files, key.as_str()) {
+                    out.files = Some(map.next_value_seed(FileList { max })?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    struct FileList {
+        max: u64,
+    }
+    impl<'de> DeserializeSeed<'de> for FileList {
+        type Value = Files;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Files, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for FileList {
+        type Value = Files;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of files")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Files, A::Error> {
+            let (mut kept, mut count) = (Vec::new(), 0u64);
+            loop {
+                if count < self.max {
+                    match seq.next_element_seed(Object { files: None })? {
+                        Some(file) => kept.push(file.args),
+                        None => break,
+                    }
+                } else if seq.next_element::<IgnoredAny>()?.is_none() {
+                    break;
+                }
+                count += 1;
+            }
+            Ok(Files::List(kept))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Files, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Files::Other)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Files, E> {
+            Ok(Files::Other)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Files, E> {
+            Ok(Files::Other)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Files, E> {
+            Ok(Files::Other)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Files, E> {
+            Ok(Files::Other)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Files, E> {
+            Ok(Files::Other)
+        }
+        fn visit_unit<E>(self) -> Result<Files, E> {
+            Ok(Files::Other)
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let parsed = Object { files: Some(max_files) }
+        .deserialize(&mut de)
+        .and_then(|p| de.end().map(|()| p))
+        .map_err(|e| format!("a request is not a JSON object: {e}"))?;
+    Ok(parsed)
+}
+
 /// One decoded request; a missing or mistyped argument is a trap naming it.
 struct Request<'a> {
-    v: &'a Value,
+    args: &'a Args,
+    files: Option<&'a Files>,
     call: &'a str,
 }
 
 impl Request<'_> {
-    fn field(&self, key: &str) -> Result<&Value, String> {
-        self.v.get(key).ok_or_else(|| format!("{}: missing argument {key:?}", self.call))
+    fn field(&self, key: &str) -> Result<&Arg, String> {
+        self.args.get(key).ok_or_else(|| format!("{}: missing argument {key:?}", self.call))
     }
 
     fn str(&self, key: &str) -> Result<String, String> {
-        let v = self.field(key)?;
-        v.as_str().map(str::to_owned).ok_or_else(|| format!("{}: {key:?} must be a string", self.call))
+        match self.field(key)? {
+            Arg::Str(s) => Ok(s.clone()),
+            _ => Err(format!("{}: {key:?} must be a string", self.call)),
+        }
     }
 
     fn u64(&self, key: &str) -> Result<u64, String> {
-        let v = self.field(key)?;
-        v.as_u64().ok_or_else(|| format!("{}: {key:?} must be a non-negative integer", self.call))
+        match self.field(key)? {
+            Arg::U64(n) => Ok(*n),
+            _ => Err(format!("{}: {key:?} must be a non-negative integer", self.call)),
+        }
     }
 
     fn u32(&self, key: &str) -> Result<u32, String> {
@@ -296,16 +485,18 @@ impl Request<'_> {
         B64.decode(s.as_bytes()).map_err(|e| format!("{}: {key:?} is not base64: {e}", self.call))
     }
 
-    /// `files` of a `sync`, refused past `call_bytes` of names and bytes.
+    /// `files` of a `sync` (as kept by [`parse_request`]), refused past
+    /// `call_bytes` of names and bytes.
     fn files(&self, call_bytes: u64) -> Result<Vec<File>, String> {
-        let list = self
-            .field("files")?
-            .as_array()
-            .ok_or_else(|| format!("{}: \"files\" must be a list", self.call))?;
+        let Files::List(kept) =
+            self.files.ok_or_else(|| format!("{}: missing argument \"files\"", self.call))?
+        else {
+            return Err(format!("{}: \"files\" must be a list", self.call));
+        };
         let mut total = 0u64;
-        let mut files = Vec::with_capacity(list.len());
-        for f in list {
-            let r = Request { v: f, call: self.call };
+        let mut files = Vec::with_capacity(kept.len());
+        for f in kept {
+            let r = Request { args: f, files: None, call: self.call };
             let file = File { name: r.str("name")?, contents: r.bytes("contents")?, mode: r.u32("mode")? };
             total += (file.name.len() + file.contents.len()) as u64;
             if total > call_bytes {
@@ -371,7 +562,15 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         for (bad, says) in [
             (r#"{"call":"fsync","dir":7,"path":""}"#, "unknown dir handle 7"),
-            ("not json", "not JSON"),
+            ("not json", "not a JSON object"),
+            ("[1]", "not a JSON object"),
+            (r#"{"call":"open-root","name":["out"]}"#, "\"name\" must be a string"),
+            (r#"{"call":"fsync","dir":-1,"path":""}"#, "\"dir\" must be a non-negative integer"),
+            (r#"{"call":"sync","dir":1,"path":"e","files":{}}"#, "\"files\" must be a list"),
+            (
+                r#"{"call":"sync","dir":1,"path":"e","files":[{"name":"A","mode":420}]}"#,
+                "missing argument \"contents\"",
+            ),
             (r#"{"call":"teleport"}"#, "unknown call \"teleport\""),
             (r#"{"call":"open-root"}"#, "missing argument \"name\""),
             (r#"{"call":"write-file","dir":1,"path":"f","contents":"%%","mode":420}"#, "not base64"),
@@ -428,5 +627,55 @@ mod tests {
         assert_eq!(h.logs.len(), 1, "{:?}", h.logs);
         assert_eq!(h.logs[0]["message"], escape_all("a\u{1b}[2Jb"));
         assert_ne!(h.logs[0]["message"], "a\u{1b}[2Jb");
+    }
+
+    #[test]
+    fn a_sync_of_more_files_than_a_run_may_write_is_refused_without_keeping_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let limits = PluginLimits { write_files: 3, ..PluginLimits::default() };
+        let list = |n: usize| {
+            let files: Vec<String> =
+                (0..n).map(|i| format!(r#"{{"name":"f{i}","contents":"","mode":420}}"#)).collect();
+            format!(r#"{{"call":"sync","dir":1,"path":"e","files":[{}]}}"#, files.join(","))
+        };
+        // Decoding keeps at most the bound; the rest is walked.
+        let Some(Files::List(kept)) = parse_request(list(50).as_bytes(), 4).unwrap().files else { panic!() };
+        assert_eq!(kept.len(), 4);
+        // The services refuse the call as the runtime does (a `limit` error), nothing written.
+        let mut h = harness(tmp.path(), limits, DEFAULT_MAX_CALLS);
+        let (r, got) = serve(&mut h, &format!("{{\"call\":\"open-root\",\"name\":\"out\"}}\n{}\n", list(50)));
+        r.unwrap();
+        assert_eq!(got[2]["err"]["kind"], "limit", "{got:?}");
+        assert!(got[2]["err"]["message"].as_str().unwrap().contains("limits.write_files"), "{got:?}");
+        assert!(!tmp.path().join("e").exists());
+        // At the limit: served.
+        let mut h = harness(tmp.path(), limits, DEFAULT_MAX_CALLS);
+        let (r, got) = serve(&mut h, &format!("{{\"call\":\"open-root\",\"name\":\"out\"}}\n{}\n", list(3)));
+        r.unwrap();
+        assert_eq!(got[2]["ok"]["outcome"], "created", "{got:?}");
+    }
+
+    #[test]
+    fn unknown_keys_and_deep_values_are_walked_not_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut h = harness(tmp.path(), PluginLimits::default(), DEFAULT_MAX_CALLS);
+        let junk = "[".repeat(100) + &"]".repeat(100);
+        let input = format!(
+            "{{\"call\":\"open-root\",\"junk\":{junk},\"name\":\"out\",\"more\":{{\"a\":[1,2.5,null,true]}}}}\n"
+        );
+        let (r, got) = serve(&mut h, &input);
+        r.unwrap();
+        assert_eq!(got[1], json!({"ok": 1}));
+        // Deep nesting, in an unknown key or a known one: walked without
+        // recursion, a trap naming the problem, never a stack overflow.
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        for (line, says) in [
+            (format!("{{\"call\":\"log\",\"x\":{}\n", "[".repeat(100_000)), "not a JSON object"),
+            (format!("{{\"call\":\"open-root\",\"name\":{deep}}}\n"), "\"name\" must be a string"),
+        ] {
+            let mut h = harness(tmp.path(), PluginLimits::default(), DEFAULT_MAX_CALLS);
+            let (r, _) = serve(&mut h, &line);
+            assert!(matches!(&r, Err(Error::Trap(m)) if m.contains(says)), "{r:?}");
+        }
     }
 }

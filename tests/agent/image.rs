@@ -9,7 +9,10 @@
 //! standing in for `registry.example.com` (the mirror setting), where the
 //! test pushed certsync and a cosign signature made by `openssl` and pushed
 //! by `skopeo`. What it writes must equal what the native binary writes from
-//! the same manifest and input.
+//! the same manifest and input. Run as a pod (detached, no `--once`) with a
+//! validator and actions added to the manifest, a command action's owed
+//! entry stays in the ledger's hostPath across the container's restart, and
+//! an HTTP action reaches a server on the host's loopback.
 //!
 //! Podman 4.3 on these machines (root, cgroup v1 with a cgroup2 `unified`
 //! mount): every podman call runs in a private mount namespace with that
@@ -418,7 +421,9 @@ fn the_image_is_built_from_scratch_without_a_plugin_and_syncs_with_the_daemonset
     let root_in_node = "etc/kubernetes/static-pod-resources/kube-apiserver-certs";
     assert!(manifest.contains(&format!("path = \"/{root_in_node}\"")), "{manifest}");
 
-    let run_once = |node: &Path, user: Option<u32>| -> Output {
+    // Everything after `podman run …` but `--once`: the DaemonSet's
+    // container on `node` as `user` (the image's own when `None`).
+    let container_args = |node: &Path, user: Option<u32>| -> Vec<String> {
         let example = support::workspace_root().join("plugins/certsync/example/list.json");
         let inputs = node.join("var/lib/durasync");
         std::fs::create_dir_all(&inputs).unwrap();
@@ -427,7 +432,7 @@ fn the_image_is_built_from_scratch_without_a_plugin_and_syncs_with_the_daemonset
         // The host's network (no bridge, no firewall change): the registry
         // is on its loopback.
         let mut args: Vec<String> =
-            ["run", "--rm", "--network=host", "--cgroups=disabled", "--read-only"].map(String::from).into();
+            ["--network=host", "--cgroups=disabled", "--read-only"].map(String::from).into();
         args.extend(["--cap-drop=all".into(), "--security-opt=no-new-privileges".into()]);
         if let Some(uid) = user {
             args.push(format!("--user={uid}"));
@@ -445,6 +450,11 @@ fn the_image_is_built_from_scratch_without_a_plugin_and_syncs_with_the_daemonset
         }
         args.push(tag.clone());
         args.extend(ds.args.iter().cloned());
+        args
+    };
+    let run_once = |node: &Path, user: Option<u32>| -> Output {
+        let mut args: Vec<String> = vec!["run".into(), "--rm".into()];
+        args.extend(container_args(node, user));
         args.push("--once".into());
         podman.run(&args)
     };
@@ -510,6 +520,82 @@ fn the_image_is_built_from_scratch_without_a_plugin_and_syncs_with_the_daemonset
     let blob = node.join("emptydir/cache/durasync/oci/blobs/sha256").join(pinned_sha256(manifest));
     assert!(blob.is_file(), "the plugin was not pulled into the emptyDir cache ({})", blob.display());
 
+    // As a pod runs it (no `--once`): the same instance with a validator
+    // and two actions. The validator copies the staged certificate it was
+    // shown out of the sandbox; the command action (the image's one
+    // program) copies a token the node provides, and fails while there is
+    // none: it stays owed in the ledger on the node's disk, across the
+    // pod's restart, and runs in the next pod once the token is there. The
+    // HTTP action (what a FROM-scratch image can do without a program)
+    // reaches a server this test runs on the host's loopback (the pod is
+    // on the host's network), named `localhost`, which the image has no
+    // /etc/hosts for; the server reads the committed certificate when it
+    // is asked.
+    let node = work.path().join("node-hooks");
+    let spr = "/etc/kubernetes/static-pod-resources";
+    let committed_crt = node.join(root_in_node).join("secrets/aggregator-client/tls.crt");
+    let consumer = support::http_server::HttpServer::start(move |_| {
+        (200, std::fs::read_to_string(&committed_crt).unwrap_or_else(|e| format!("unreadable: {e}")))
+    });
+    let hooked = format!(
+        "{manifest}[[validate]]\nname = \"copy\"\nroot = \"certs\"\npath = \"secrets/aggregator-client/**\"\n\
+         command = [\"/usr/local/bin/durasync\", \"write\", \"{spr}/validated.crt\", \"--from\", \"{{staged}}/tls.crt\"]\n\
+         [[action]]\nname = \"reload\"\nroot = \"certs\"\n\
+         command = [\"/usr/local/bin/durasync\", \"write\", \"{spr}/reloaded\", \"--from\", \"/var/lib/durasync/token\"]\n\
+         [[action]]\nname = \"http-reload\"\nroot = \"certs\"\nurl = \"http://localhost:{}/-/reload\"\n",
+        consumer.port()
+    );
+    // A pod: the container detached, as root (the DaemonSet's runAsUser),
+    // with the ConfigMap's manifest as the operator changed it.
+    let pod = |name: &str| -> Pod<'_> {
+        let mut args: Vec<String> = vec!["run".into(), "--detach".into(), format!("--name={name}")];
+        // On the host's network the DaemonSet's fixed port may be taken:
+        // this pod serves its metrics on a free loopback port instead.
+        args.extend(container_args(&node, Some(0)).into_iter().map(|a| {
+            if a.starts_with("--metrics-addr=") { "--metrics-addr=127.0.0.1:0".to_owned() } else { a }
+        }));
+        let config = node.join(format!("configmap-{}", ds.config_map_name));
+        std::fs::write(config.join("kube-apiserver-certs.toml"), &hooked).unwrap();
+        let out = podman.run(&args);
+        assert!(out.status.success(), "podman run --detach:\n{}", text(&out));
+        Pod { podman: &podman, name: name.to_owned() }
+    };
+    let ledger = node.join("var/lib/durasync/actions/kube-apiserver-certs.owed");
+    let first = pod(&format!("durasync-pod1-{}", std::process::id()));
+    // The run ended (its last object written), and its action failed and is owed.
+    let run_ok = |pod: &str| text(&podman.run(&["logs".into(), pod.into()])).contains("run ok in");
+    let owed = || std::fs::read_to_string(&ledger).is_ok_and(|t| t == "reload\n");
+    wait_for(&first, "the run ended and its failing action is owed in the node's ledger", || {
+        owed() && run_ok(&first.name)
+    });
+    let synced = node.join(root_in_node);
+    assert_eq!(tree(&synced), expected, "the pod with hooks wrote another tree");
+    assert_eq!(
+        std::fs::read(node.join("etc/kubernetes/static-pod-resources/validated.crt")).unwrap(),
+        std::fs::read(synced.join("secrets/aggregator-client/tls.crt")).unwrap(),
+        "the validator did not see the staged certificate"
+    );
+    let asked = consumer.wait_requests(1, std::time::Duration::from_secs(10));
+    assert_eq!(asked.len(), 1, "the HTTP action's requests: {asked:?}\nthe pod's log:\n{}", first.logs());
+    assert_eq!(asked[0].line, "POST /-/reload HTTP/1.1");
+    assert_eq!(
+        asked[0].answer.1.as_bytes(),
+        std::fs::read(synced.join("secrets/aggregator-client/tls.crt")).unwrap(),
+        "the HTTP action ran before the certificate was committed"
+    );
+    first.stop();
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "reload\n", "the ledger did not survive the pod");
+    std::fs::write(node.join("var/lib/durasync/token"), b"reloaded by the second pod\n").unwrap();
+    let second = pod(&format!("durasync-pod2-{}", std::process::id()));
+    let reloaded = node.join("etc/kubernetes/static-pod-resources/reloaded");
+    wait_for(&second, "the owed action ran in the next pod", || reloaded.is_file());
+    let cleared = || std::fs::read_to_string(&ledger).is_ok_and(|t| t.is_empty());
+    wait_for(&second, "the ledger is cleared", cleared);
+    assert_eq!(std::fs::read(&reloaded).unwrap(), b"reloaded by the second pod\n");
+    // The second pod changed nothing: the HTTP action was not owed again.
+    assert_eq!(consumer.seen().len(), 1, "{:?}", consumer.seen());
+    second.stop();
+
     // As the image's own user, on roots that user owns.
     let node = work.path().join("node-user");
     let out = run_once(&node, None);
@@ -517,6 +603,53 @@ fn the_image_is_built_from_scratch_without_a_plugin_and_syncs_with_the_daemonset
     let written = node.join(root_in_node).join("secrets/aggregator-client");
     assert_eq!(std::fs::metadata(&written).unwrap().uid(), IMAGE_UID, "not written by the image's user");
     assert_eq!(tree(&node.join(root_in_node)), expected, "the image as {IMAGE_UID} wrote another tree");
+}
+
+/// A detached container (a pod's), removed on drop.
+struct Pod<'p> {
+    podman: &'p Podman,
+    name: String,
+}
+
+impl Pod<'_> {
+    fn logs(&self) -> String {
+        text(&self.podman.run(&["logs".into(), self.name.clone()]))
+    }
+
+    /// Stop it as a kubelet does (SIGTERM, then the grace) and require
+    /// that the agent exited 0.
+    fn stop(self) {
+        let out = self.podman.run(&["stop".into(), "--time=45".into(), self.name.clone()]);
+        assert!(out.status.success(), "podman stop:\n{}", text(&out));
+        let out =
+            self.podman.run(&["inspect".into(), "--format={{.State.ExitCode}}".into(), self.name.clone()]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "0",
+            "the agent's exit; its log:\n{}",
+            self.logs()
+        );
+    }
+}
+
+impl Drop for Pod<'_> {
+    fn drop(&mut self) {
+        let _ = self.podman.run(&["rm".into(), "--force".into(), "--time=0".into(), self.name.clone()]);
+    }
+}
+
+/// Wait (at most a minute) until `done()`, failing with the pod's log.
+#[track_caller]
+fn wait_for(pod: &Pod<'_>, what: &str, done: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "timed out waiting until {what}; the pod's log:\n{}",
+            pod.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// The manifest's `sha256` pin.

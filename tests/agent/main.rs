@@ -11,11 +11,14 @@ mod actions;
 mod bench;
 mod config_dir;
 mod contrib;
+mod drift;
 mod faults;
 mod hardening;
 mod hooks;
 mod image;
 mod once;
+mod probation;
+mod registry;
 mod sync;
 mod systemd;
 

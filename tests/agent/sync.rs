@@ -24,7 +24,7 @@ fn two_instances_sync_at_start_and_every_input_change_reaches_disk_and_the_metri
             // A change seen while a run is in flight runs it again right
             // after (it may have read the old input): wait for the run's
             // end so each change is exactly one run.
-            let runs = format!("durasync_agent_runs_total{{instance=\"{name}\",result=\"ok\"}}");
+            let runs = format!("durasync_agent_runs_total{{durasync_instance=\"{name}\",result=\"ok\"}}");
             agent.wait_metric(&runs, f64::from(g - 1));
             let start = Instant::now();
             node.set_generation(name, g);
@@ -40,7 +40,7 @@ fn two_instances_sync_at_start_and_every_input_change_reaches_disk_and_the_metri
     // created twice by the first, replaced twice by each change; the
     // same names every time, so nothing is removed.
     for name in ["a", "b"] {
-        let l = format!("instance=\"{name}\"");
+        let l = format!("durasync_instance=\"{name}\"");
         agent.wait_metric(&format!("durasync_agent_runs_total{{{l},result=\"ok\"}}"), 6.0);
         agent.wait_metric(&format!("durasync_agent_triggers_total{{{l},trigger=\"start\"}}"), 1.0);
         agent.wait_metric(&format!("durasync_agent_triggers_total{{{l},trigger=\"input\"}}"), 5.0);
@@ -63,6 +63,8 @@ fn two_instances_sync_at_start_and_every_input_change_reaches_disk_and_the_metri
         assert_eq!(agent.metric(&format!("durasync_agent_runs_total{{{l},result=\"trap\"}}")), None);
     }
     agent.wait_metric("durasync_agent_instances", 2.0);
+    let (_, metrics) = agent.get("/metrics");
+    assert_no_label_prometheus_reserves(&metrics);
     let (status, body) = agent.get("/healthz");
     assert_eq!((status, body.as_str()), (200, "ok\n"));
     let (status, _) = agent.get("/nothing");
@@ -108,7 +110,7 @@ fn a_plugin_that_loops_forever_does_not_delay_the_other_instance() {
     }
     // The looping run is still in flight: a's updates did not wait for it.
     let still_looping =
-        agent.metric("durasync_agent_runs_total{instance=\"loop\",result=\"trap\"}").is_none();
+        agent.metric("durasync_agent_runs_total{durasync_instance=\"loop\",result=\"trap\"}").is_none();
     let elapsed = started.elapsed();
     assert!(
         still_looping || elapsed > Duration::from_millis(timeout_ms),
@@ -117,9 +119,9 @@ fn a_plugin_that_loops_forever_does_not_delay_the_other_instance() {
     );
     let (median, max) = median_max(&latencies);
     eprintln!("while another instance loops: median {median:.1} ms, max {max:.1} ms");
-    agent.wait_metric("durasync_agent_runs_total{instance=\"loop\",result=\"trap\"}", 1.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"loop\",result=\"trap\"}", 1.0);
     agent.wait_log("timed out after 6 s (limits.timeout_ms)");
-    agent.wait_metric_min("durasync_agent_runs_total{instance=\"a\",result=\"ok\"}", 4.0);
+    agent.wait_metric_min("durasync_agent_runs_total{durasync_instance=\"a\",result=\"ok\"}", 4.0);
     let not_ready = agent.wait_not_ready(&["loop"]);
     let problem = not_ready[0]["problem"].as_str().unwrap();
     assert!(
@@ -136,18 +138,21 @@ fn sighup_reloads_and_runs_every_instance() {
     let mut agent = Agent::start(&node, &[]);
     node.wait_generation("a", 1, &agent);
     node.wait_generation("b", 1, &agent);
-    agent.wait_metric("durasync_agent_runs_total{instance=\"a\",result=\"ok\"}", 1.0);
-    agent.wait_metric("durasync_agent_runs_total{instance=\"b\",result=\"ok\"}", 1.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"a\",result=\"ok\"}", 1.0);
+    agent.wait_metric("durasync_agent_runs_total{durasync_instance=\"b\",result=\"ok\"}", 1.0);
     agent.signal(rustix::process::Signal::HUP);
     agent.wait_log("SIGHUP: reloading every manifest");
     for name in ["a", "b"] {
         agent.wait_metric(
-            &format!("durasync_agent_triggers_total{{instance=\"{name}\",trigger=\"reload\"}}"),
+            &format!("durasync_agent_triggers_total{{durasync_instance=\"{name}\",trigger=\"reload\"}}"),
             1.0,
         );
-        agent.wait_metric(&format!("durasync_agent_runs_total{{instance=\"{name}\",result=\"ok\"}}"), 2.0);
         agent.wait_metric(
-            &format!("durasync_agent_operations_total{{instance=\"{name}\",outcome=\"unchanged\"}}"),
+            &format!("durasync_agent_runs_total{{durasync_instance=\"{name}\",result=\"ok\"}}"),
+            2.0,
+        );
+        agent.wait_metric(
+            &format!("durasync_agent_operations_total{{durasync_instance=\"{name}\",outcome=\"unchanged\"}}"),
             2.0,
         );
     }
@@ -168,9 +173,10 @@ fn the_interval_resyncs_and_repairs_a_target_changed_behind_the_agent_s_back() {
         assert!(start.elapsed() < super::DEADLINE, "never repaired: {}", agent.log());
         std::thread::sleep(Duration::from_millis(10));
     }
-    agent.wait_metric("durasync_agent_operations_total{instance=\"a\",outcome=\"replaced\"}", 1.0);
+    agent.wait_metric("durasync_agent_operations_total{durasync_instance=\"a\",outcome=\"replaced\"}", 1.0);
     assert!(
-        agent.metric("durasync_agent_triggers_total{instance=\"a\",trigger=\"interval\"}").unwrap() >= 1.0
+        agent.metric("durasync_agent_triggers_total{durasync_instance=\"a\",trigger=\"interval\"}").unwrap()
+            >= 1.0
     );
 }
 
@@ -205,5 +211,41 @@ fn a_mounted_configmap_s_atomic_swap_of_data_triggers_a_run() {
         std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
         node.wait_generation("cm", g, &agent);
     }
-    agent.wait_metric("durasync_agent_triggers_total{instance=\"cm\",trigger=\"input\"}", 2.0);
+    agent.wait_metric("durasync_agent_triggers_total{durasync_instance=\"cm\",trigger=\"input\"}", 2.0);
+}
+
+/// Every label name of every sample in an OpenMetrics text is one a
+/// Prometheus scrape keeps as it is: not `instance` or `job` (which the
+/// scrape sets on every series, renaming the exporter's to
+/// `exported_instance` / `exported_job`) and not `__`-prefixed (reserved
+/// for Prometheus' own use). Parsed from the text: `name{l="v",...} value`.
+#[track_caller]
+fn assert_no_label_prometheus_reserves(text: &str) {
+    let mut labels = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let Some((_, rest)) = line.split_once('{') else { continue };
+        let mut rest = rest;
+        // label="value" pairs, values may hold escaped quotes.
+        while let Some((name, after)) = rest.split_once("=\"") {
+            labels.insert(name.trim_start_matches(',').to_owned());
+            let mut escaped = false;
+            let end = after
+                .char_indices()
+                .find(|&(_, c)| {
+                    let close = c == '"' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    close
+                })
+                .map(|(i, _)| i)
+                .unwrap_or_else(|| panic!("unterminated label value in {line:?}"));
+            rest = &after[end + 1..];
+            if rest.starts_with('}') {
+                break;
+            }
+        }
+    }
+    assert!(labels.contains("durasync_instance"), "{labels:?}\n{text}");
+    let reserved: Vec<&String> =
+        labels.iter().filter(|l| *l == "instance" || *l == "job" || l.starts_with("__")).collect();
+    assert!(reserved.is_empty(), "labels Prometheus reserves: {reserved:?}\n{text}");
 }

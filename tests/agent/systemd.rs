@@ -296,9 +296,11 @@ fn the_unit_runs_under_a_real_systemd_notify_status_reload_hardening_stop_and_wa
             "activating-during-first-round",
             "active-after-first-round",
             "status-text",
+            "action-and-validator",
             "hardening-enforced",
             "reload",
             "stop-during-run",
+            "action-owed-across-restart",
             "watchdog-restart",
         ],
     );

@@ -190,3 +190,117 @@ fn sync_and_write_validate_refuse_with_status_6_and_change_nothing() {
     assert!(ok.status.success(), "{}", stderr(&ok));
     assert_eq!(std::fs::read(s.join("target/app.json")).unwrap(), b"{\"v\": 2}");
 }
+
+/// `durasync sync target --from src --validate sh -c SCRIPT _ {staged}` in `dir`.
+fn sync_validated(dir: &std::path::Path, target: &str, script: &str) -> std::process::Output {
+    durasync(&["sync", target, "--from", "src", "--validate", "sh", "-c", script, "_", "{staged}"], dir)
+}
+
+/// A target `t` synced (through an accepting validator) from `src` with
+/// files `f1` and `f2`, and its snapshot.
+fn validated_f1_f2() -> (Scratch, Snapshot) {
+    let s = Scratch::new();
+    std::fs::create_dir(s.join("src")).unwrap();
+    std::fs::write(s.join("src/f1"), b"one\n").unwrap();
+    std::fs::write(s.join("src/f2"), b"two\n").unwrap();
+    assert!(sync_validated(s.path(), "t", "exit 0").status.success());
+    let before = snapshot(&s.join("t"));
+    (s, before)
+}
+
+#[test]
+fn a_refusing_validator_cannot_change_the_live_target_through_a_carried_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let (s, before) = validated_f1_f2();
+    // f1 is unchanged (a sync would carry it), f2 changes.
+    std::fs::write(s.join("src/f2"), b"two, changed\n").unwrap();
+    let out = sync_validated(s.path(), "t", r#"echo INJECTED >> "$1/f1"; chmod 600 "$1/f1"; exit 1"#);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nothing was changed"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(s.join("t/f1")).unwrap(),
+        b"one\n",
+        "the live file was written through {{staged}}"
+    );
+    assert_eq!(std::fs::metadata(s.join("t/f1")).unwrap().permissions().mode() & 0o777, 0o644);
+    assert_eq!(snapshot(&s.join("t")), before);
+    assert!(leftovers(s.path()).is_empty(), "{:?}", leftovers(s.path()));
+}
+
+#[test]
+fn a_validator_that_changes_what_it_was_shown_is_refused_and_nothing_changes() {
+    let (s, before) = validated_f1_f2();
+    std::fs::write(s.join("src/f2"), b"two, changed\n").unwrap();
+    // Accepting after an edit, a chmod, a new file, an emptied tree: what
+    // would go live is not what was checked.
+    for script in [
+        r#"echo EDITED >> "$1/f2""#,
+        r#"chmod 600 "$1/f1""#,
+        r#"echo new > "$1/extra""#,
+        r#"rm -f "$1/f1" "$1/f2""#,
+        r#"ln -sf /etc/passwd "$1/f1""#,
+        // Undone edits: the same bytes again, but not what was made durable.
+        r#"cp "$1/f1" "$1/copy" && mv "$1/copy" "$1/f1""#,
+        r#"cp "$1/f1" "$1/copy" && cat "$1/copy" > "$1/f1" && rm "$1/copy""#,
+    ] {
+        let out = sync_validated(s.path(), "t", script);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(6), "{script}: {err}");
+        assert!(err.contains("changed the staged contents"), "{script}: {err}");
+        assert_eq!(snapshot(&s.join("t")), before, "{script}");
+        assert!(leftovers(s.path()).is_empty(), "{script}: {:?}", leftovers(s.path()));
+    }
+    // write: the staged file itself.
+    let out = durasync(
+        &[
+            "write",
+            "t/f2",
+            "--from",
+            "src/f2",
+            "--validate",
+            "sh",
+            "-c",
+            r#"echo EDITED >> "$1""#,
+            "_",
+            "{staged}",
+        ],
+        s.path(),
+    );
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(stderr(&out).contains("changed the staged contents"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(s.join("t/f2")).unwrap(), b"two\n");
+    // A validator that only reads is accepted and its tree goes live.
+    let out = sync_validated(s.path(), "t", r#"cat "$1/f1" "$1/f2" > /dev/null"#);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read(s.join("t/f2")).unwrap(), b"two, changed\n");
+}
+
+#[test]
+fn a_directory_named_like_a_placeholder_is_not_substituted_again() {
+    let s = Scratch::new();
+    std::fs::create_dir(s.join("src")).unwrap();
+    std::fs::write(s.join("src/app.conf"), b"BAD\n").unwrap();
+    std::fs::create_dir(s.join("{target}")).unwrap();
+    // The staged path holds `{target}`: substituted again, it would name a
+    // path that does not exist, grep would fail to read it, and `!` would
+    // accept.
+    let out = sync_validated(s.path(), "{target}/conf", r#"test -f "$1/app.conf" && ! grep -rq BAD "$1""#);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(!s.join("{target}/conf").exists());
+    std::fs::write(s.join("src/app.conf"), b"good\n").unwrap();
+    let out = sync_validated(s.path(), "{target}/conf", r#"test -f "$1/app.conf" && ! grep -rq BAD "$1""#);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn validator_output_is_logged_with_its_control_characters_escaped() {
+    let s = Scratch::new();
+    std::fs::create_dir(s.join("src")).unwrap();
+    std::fs::write(s.join("src/f"), b"x").unwrap();
+    let out = sync_validated(s.path(), "t", r#"printf 'bad\rINFO forged line\033[2K'; exit 1"#);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    let err = stderr(&out);
+    // (The log's own colours are ESC sequences; the validator's is not kept raw.)
+    assert!(!err.contains('\r') && !err.contains("\u{1b}[2K"), "{err:?}");
+    assert!(err.contains(r"bad\rINFO forged line\u{1b}[2K"), "{err:?}");
+}

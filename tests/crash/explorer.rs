@@ -9,6 +9,10 @@
 //!   tree; at the success point (the end of the trace, where the call
 //!   returned `Ok`) only the new one;
 //! - the entries a scenario says must be untouched are;
+//! - with a kept previous ([`Prev`]): at most one valid previous of the
+//!   target, and it is what the call allows while the target is old and
+//!   while it is new (a keep-sync: the old tree once the swap is durable;
+//!   a revert: still the previous while the target is not reverted);
 //! - optional milestones: from a given crash point on, a directory exists
 //!   with a given mode (a call that returned earlier in the trace).
 //!
@@ -23,7 +27,9 @@ use std::time::{Duration, Instant};
 use durasync::durable::names::is_leftover;
 use durasync::durable::{self, Options};
 
-use crate::model::{Disk, EnumStats, Model, Step, describe, lower, materialise, snapshot};
+use crate::model::{
+    Disk, EnumStats, Model, Step, canonical_stale, canonical_valid, describe, lower, materialise, snapshot,
+};
 use crate::trace::{ROp, Recorder};
 
 /// What must hold for a scenario.
@@ -41,6 +47,36 @@ pub struct Expect {
     pub dirs_from: Vec<(usize, String, u32)>,
     /// An owed-action ledger to check (see [`Owed`]).
     pub owed: Option<Owed>,
+    /// The target's kept previous to check (see [`Prev`]).
+    pub previous: Option<Prev>,
+}
+
+/// What the valid previous of the target (a keep entry beside it, by the
+/// inode rule; see `model.rs` for its canonical names) may be in a
+/// recovered state: one of `when_old` while the target is the old tree,
+/// one of `when_new` once it is the new one (`None`: no previous).
+#[derive(Debug, Clone)]
+pub struct Prev {
+    pub when_old: Vec<Option<Disk>>,
+    pub when_new: Vec<Option<Disk>>,
+}
+
+/// The valid previous of `target` (a path) in `root`: `Err` when there is
+/// more than one.
+pub fn previous_in(root: &Disk, target: &str) -> Result<Option<Disk>, String> {
+    let (parent, name) = target.rsplit_once('/').unwrap_or(("", target));
+    let Some(Disk::Dir { entries, .. }) = root.get(parent) else { return Ok(None) };
+    let valid: Vec<(&String, &Disk)> =
+        entries.iter().filter(|(n, _)| canonical_valid(n).is_some_and(|(_, t)| t == name)).collect();
+    match valid.as_slice() {
+        [] => Ok(None),
+        [(_, d)] => Ok(Some((*d).clone())),
+        more => Err(format!(
+            "{} valid previouses of {target}: {:?}",
+            more.len(),
+            more.iter().map(|(n, d)| format!("{n}={}", d.describe())).collect::<Vec<_>>()
+        )),
+    }
 }
 
 /// The ledger's promise: at every crash point before the action's success
@@ -227,7 +263,8 @@ impl Explorer {
                         break;
                     }
                 } else {
-                    let leftovers = state.paths_where(&|name| is_leftover(name)).len();
+                    let leftovers =
+                        state.paths_where(&|name| is_leftover(name) || canonical_stale(name)).len();
                     if leftovers > 0 && best.is_none_or(|(b, _)| leftovers > b) {
                         best = Some((leftovers, state));
                     }
@@ -277,6 +314,11 @@ impl Explorer {
                     keep: sc.expect.keep.clone(),
                     dirs_from: Vec::new(),
                     owed: None,
+                    // Recovery never changes a valid previous.
+                    previous: sc.expect.previous.as_ref().map(|_| {
+                        let prev = previous_in(&recovered, &sc.expect.target).ok().flatten();
+                        Prev { when_old: vec![prev.clone()], when_new: vec![prev] }
+                    }),
                 },
             };
             let nested = self.explore(&sub, &sub.steps, Opts { stop_at_first: false, recovery_crashes: 0 });
@@ -326,7 +368,7 @@ fn check(expect: &Expect, point: usize, success: bool, recovered: &Result<Disk, 
         Ok(r) => r,
         Err(e) => return Some(format!("recovery failed: {e}")),
     };
-    let leftovers = root.paths_where(&|name| is_leftover(name));
+    let leftovers = root.paths_where(&|name| is_leftover(name) || canonical_stale(name));
     if !leftovers.is_empty() {
         return Some(format!("leftovers remain after recovery: {leftovers:?}"));
     }
@@ -346,6 +388,24 @@ fn check(expect: &Expect, point: usize, success: bool, recovered: &Result<Disk, 
             describe(expect.new.as_ref()),
             describe(target)
         ));
+    }
+    if let Some(p) = &expect.previous {
+        let prev = match previous_in(root, &expect.target) {
+            Ok(prev) => prev,
+            Err(e) => return Some(e),
+        };
+        let (allowed, when) = if target == expect.new.as_ref() && (success || expect.new != expect.old) {
+            (&p.when_new, "new")
+        } else {
+            (&p.when_old, "old")
+        };
+        if !allowed.contains(&prev) {
+            let shown: Vec<String> = allowed.iter().map(|d| describe(d.as_ref())).collect();
+            return Some(format!(
+                "with the {when} target the previous must be one of {shown:?}, found {}",
+                describe(prev.as_ref())
+            ));
+        }
     }
     for (path, want) in &expect.keep {
         let got = root.get(path);

@@ -18,11 +18,11 @@ use crate::trace::{ROp, Recorder};
 /// What the agent's gate does once validators accepted: owe the action,
 /// durably, before returning (the sync's ops so far are taken first, so the
 /// trace keeps the real order).
-struct OweGate<'a> {
-    ledger: &'a Ledger,
-    sync_rec: &'a Recorder,
-    ledger_rec: &'a Recorder,
-    trace: &'a Mutex<Vec<ROp>>,
+pub(crate) struct OweGate<'a> {
+    pub(crate) ledger: &'a Ledger,
+    pub(crate) sync_rec: &'a Recorder,
+    pub(crate) ledger_rec: &'a Recorder,
+    pub(crate) trace: &'a Mutex<Vec<ROp>>,
 }
 
 impl Gate for OweGate<'_> {
@@ -35,6 +35,11 @@ impl Gate for OweGate<'_> {
             .map_err(|e| Refusal { by: "ledger".into(), reason: e.to_string() })?;
         trace.extend(self.ledger_rec.take());
         Ok(())
+    }
+
+    /// Like the agent's gate of a path with an action and no validator.
+    fn exposes_staged(&self) -> bool {
+        false
     }
 }
 

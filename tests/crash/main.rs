@@ -9,6 +9,7 @@
 mod support;
 
 mod explorer;
+mod keep;
 mod ledger;
 mod model;
 mod mutations;
@@ -16,6 +17,7 @@ mod scenarios;
 mod soak;
 mod strace;
 mod trace;
+mod validator;
 
 use std::path::PathBuf;
 

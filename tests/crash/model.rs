@@ -37,6 +37,16 @@
 //!   without a journal `e2fsck` repairs it after a crash, see the README's
 //!   "Not promised").
 //!
+//! - a kept previous (`durasync::durable::previous`) is valid when its
+//!   entry's own inode is the one its name states; the model tracks which
+//!   inode each keep name was made for (the target's, when the keep-sync
+//!   created its staging) and shows keep entries under canonical names
+//!   ([`canonical_keeps`]): valid ones `.durasync-keep.1.<t>` (`2`, … if
+//!   more), stale ones `.durasync-keep.18446744073709551615.<t>` (counting
+//!   down). [`materialise`] gives a valid one its real inode's name and
+//!   [`snapshot`] maps real names back, so a materialised state keeps its
+//!   valid previouses valid for the real recovery.
+//!
 //! Recorded operations name paths; [`lower`] resolves each one, in trace
 //! order, to the inodes it touched, so a reordered trace (a mutation) still
 //! fsyncs the inode the real code's fd referred to.
@@ -46,7 +56,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::rc::Rc;
 
-use durasync::durable::names::LOCK_NAME;
+use durasync::durable::names::{LOCK_NAME, keep_name, parse_keep};
 
 use crate::trace::ROp;
 
@@ -164,12 +174,15 @@ pub fn snapshot(path: &Path) -> Disk {
         let target = std::fs::read_link(path).expect("readlink");
         Disk::Link { target: target.to_string_lossy().into_owned() }
     } else if ft.is_dir() {
-        let mut entries = BTreeMap::new();
+        let mut real = Vec::new();
         for entry in std::fs::read_dir(path).expect("read_dir") {
             let entry = entry.expect("dir entry");
             let name = entry.file_name().to_string_lossy().into_owned();
-            entries.insert(name, snapshot(&entry.path()));
+            let meta = std::fs::symlink_metadata(entry.path()).expect("stat entry");
+            let valid = (meta.is_dir() || meta.is_file()) && parse_keep(&name) == Some(meta.ino());
+            real.push((name, valid, entry.path()));
         }
+        let entries = canonical_keeps(real).into_iter().map(|(name, p)| (name, snapshot(&p))).collect();
         Disk::Dir { mode, entries }
     } else {
         assert!(ft.is_file(), "{}: unexpected file type (mode {:o})", path.display(), meta.mode());
@@ -190,10 +203,59 @@ pub fn materialise(node: &Disk, path: &Path) {
             std::fs::create_dir(path).expect("mkdir");
             for (name, child) in entries {
                 materialise(child, &path.join(name));
+                // A valid previous is named after its own (new) inode.
+                if let Some((_, target)) = canonical_valid(name) {
+                    let ino = std::fs::symlink_metadata(path.join(name)).expect("stat").ino();
+                    std::fs::rename(path.join(name), path.join(keep_name(ino, target))).expect("rename keep");
+                }
             }
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode)).expect("chmod dir");
         }
     }
+}
+
+/// Canonical keep numbers: valid previouses count up from 1, stale keep
+/// entries down from `u64::MAX`; no real inode number of a materialised
+/// state is ever this large or this small.
+const CANON_SPAN: u64 = 1000;
+
+/// The target of a keep entry's (embedded) name and its stated number.
+fn keep_parts(name: &str) -> Option<(u64, &str)> {
+    let n = parse_keep(name)?;
+    let rest = name.strip_prefix(".durasync-keep.")?;
+    let target = rest.split_once('.').map(|(_, t)| t);
+    Some((n, target.unwrap_or_else(|| panic!("model: hashed keep names are not modelled: {name}"))))
+}
+
+/// A canonical valid keep name: its rank (1, 2, …) and target.
+pub fn canonical_valid(name: &str) -> Option<(u64, &str)> {
+    keep_parts(name).filter(|(n, _)| (1..=CANON_SPAN).contains(n))
+}
+
+/// Whether `name` is a canonical stale keep entry (recovery must remove it).
+pub fn canonical_stale(name: &str) -> bool {
+    keep_parts(name).is_some_and(|(n, _)| n > u64::MAX - CANON_SPAN)
+}
+
+/// Rename the keep entries among a directory's `(name, valid, value)`
+/// entries to their canonical names (see the module docs): per target, in
+/// the order of their real names, valid ones `1, 2, …`, stale ones
+/// `u64::MAX, u64::MAX - 1, …`. Other names are kept.
+pub fn canonical_keeps<T>(mut entries: Vec<(String, bool, T)>) -> Vec<(String, T)> {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut seen: HashMap<(String, bool), u64> = HashMap::new();
+    entries
+        .into_iter()
+        .map(|(name, valid, v)| match keep_parts(&name) {
+            None => (name, v),
+            Some((_, target)) => {
+                let k = seen.entry((target.to_owned(), valid)).or_insert(0);
+                *k += 1;
+                let n = if valid { *k } else { u64::MAX - (*k - 1) };
+                (keep_name(n, target), v)
+            }
+        })
+        .collect()
 }
 
 type Ino = usize;
@@ -292,6 +354,8 @@ pub enum IOp {
         name: String,
         ino: Ino,
         is_dir: bool,
+        /// For a keep name: the inode (its target's, now) that makes it valid.
+        keep_of: Option<Ino>,
     },
     Write {
         ino: Ino,
@@ -350,6 +414,9 @@ pub struct Model {
     inodes: HashMap<Ino, Inode>,
     root: Ino,
     next: Ino,
+    /// Keep names by directory and name: the inode that makes the entry a
+    /// valid previous (the target's when its keep-sync made the staging).
+    keeps: HashMap<(Ino, String), Ino>,
 }
 
 /// How an enumeration went.
@@ -366,7 +433,7 @@ pub struct EnumStats {
 impl Model {
     /// A model whose every entry is durable, built from a real snapshot.
     pub fn from_disk(root: &Disk) -> Model {
-        let mut m = Model { inodes: HashMap::new(), root: 0, next: 0 };
+        let mut m = Model { inodes: HashMap::new(), root: 0, next: 0, keeps: HashMap::new() };
         m.root = m.add(root);
         m
     }
@@ -382,6 +449,10 @@ impl Model {
                 for (name, child) in entries {
                     let c = self.add(child);
                     inode.entries.insert(name.clone(), c);
+                    // A canonical valid previous is valid here too.
+                    if canonical_valid(name).is_some() {
+                        self.keeps.insert((ino, name.clone()), c);
+                    }
                 }
                 inode
             }
@@ -422,13 +493,22 @@ impl Model {
                 if self.inodes[&d].current_entries().contains_key(LOCK_NAME) {
                     IOp::Nothing
                 } else {
-                    IOp::New { dir: d, name: LOCK_NAME.to_owned(), ino: self.fresh(), is_dir: false }
+                    IOp::New {
+                        dir: d,
+                        name: LOCK_NAME.to_owned(),
+                        ino: self.fresh(),
+                        is_dir: false,
+                        keep_of: None,
+                    }
                 }
             }
             ROp::Mkdir { path } | ROp::Create { path } => {
                 let ino = self.fresh();
                 let (dir, name, _) = self.parent_of(path, rop);
-                IOp::New { dir, name, ino, is_dir: matches!(rop, ROp::Mkdir { .. }) }
+                // A keep-sync's staging names the target it will keep.
+                let keep_of =
+                    keep_parts(&name).and_then(|(_, t)| self.inodes[&dir].current_entries().get(t).copied());
+                IOp::New { dir, name, ino, is_dir: matches!(rop, ROp::Mkdir { .. }), keep_of }
             }
             ROp::Write { path, data } => IOp::Write { ino: self.must(path, rop), data: data.clone() },
             ROp::Chmod { path, mode } => IOp::Chmod { ino: self.must(path, rop), mode: *mode },
@@ -480,7 +560,10 @@ impl Model {
     /// Apply one inode operation.
     pub fn apply(&mut self, op: &IOp) {
         match op {
-            IOp::New { dir, name, ino, is_dir } => {
+            IOp::New { dir, name, ino, is_dir, keep_of } => {
+                if let Some(target) = keep_of {
+                    self.keeps.insert((*dir, name.clone()), *target);
+                }
                 let inode = if *is_dir {
                     Inode::new(Kind::Dir, MKDIR_MODE)
                 } else {
@@ -571,9 +654,28 @@ impl Model {
             Kind::Link(t) => Disk::Link { target: t.clone() },
             Kind::Dir => Disk::Dir {
                 mode,
-                entries: inode.current_entries().into_iter().map(|(n, i)| (n, self.current_of(i))).collect(),
+                entries: self
+                    .canonical(ino, inode.current_entries())
+                    .into_iter()
+                    .map(|(n, i)| (n, self.current_of(i)))
+                    .collect(),
             },
         }
+    }
+
+    /// `entries` of the directory `dir` with keep entries under their
+    /// canonical names: valid when the entry holds the inode its keep name
+    /// was made for.
+    fn canonical(&self, dir: Ino, entries: BTreeMap<String, Ino>) -> Vec<(String, Ino)> {
+        let tagged = entries
+            .into_iter()
+            .map(|(name, i)| {
+                let kind_ok = !matches!(self.inodes[&i].kind, Kind::Link(_));
+                let valid = kind_ok && self.keeps.get(&(dir, name.clone())) == Some(&i);
+                (name, valid, i)
+            })
+            .collect();
+        canonical_keeps(tagged)
     }
 
     /// Every state a crash now may leave on disk, deduplicated.
@@ -619,6 +721,7 @@ impl Model {
             }
             Kind::Dir => {
                 for entries in self.entry_choices(inode, stats) {
+                    let entries = self.canonical(ino, entries);
                     // The product of every child's possible states.
                     let mut partial: Vec<BTreeMap<String, Disk>> = vec![BTreeMap::new()];
                     for (name, child) in &entries {

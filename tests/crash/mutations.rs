@@ -159,3 +159,73 @@ fn the_syncfs_and_its_order_before_the_swap_are_needed() {
     let sc = scenarios::syncfs_partial(&mut ex);
     check_mutations(&mut ex, &sc, Some("<stage>"));
 }
+
+/// Explore `steps`, a hand-made variant of `sc` named `name`: it must be
+/// caught, like every mutation.
+fn check_caught(ex: &mut Explorer, sc: &Scenario, name: &str, steps: &[Step]) {
+    let out = ex.explore(sc, steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+    match out.violations.first() {
+        Some(v) => println!("[mutation] {}: {name} — caught at {v}", sc.name),
+        None => panic!("{}: the mutation `{name}` was not caught", sc.name),
+    }
+}
+
+#[test]
+fn every_fsync_and_the_order_of_a_keep_sync_are_needed() {
+    let mut ex = Explorer::new();
+    let sc = crate::keep::keep_first(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<keep>"));
+    let sc = crate::keep::keep_write(&mut ex);
+    check_mutations(&mut ex, &sc, Some("<keep>"));
+
+    // With an older previous: every fsync (the one retiring it too) …
+    let sc = crate::keep::keep_second(&mut ex);
+    check_mutations(&mut ex, &sc, None);
+    // … and the older previous retired only AFTER the swap (its rename and
+    // fsync moved behind the exchange): two valid previouses in between.
+    let retire = sc
+        .steps
+        .iter()
+        .position(|s| matches!(&s.rop, ROp::Rename { from, .. } if crate::trace::short(from) == "<keep>"))
+        .expect("the older previous is retired");
+    let fsync = retire
+        + sc.steps[retire..]
+            .iter()
+            .position(|s| matches!(&s.rop, ROp::FsyncDir { path } if path == "."))
+            .expect("its fsync");
+    let mut steps = sc.steps.clone();
+    let moved_fsync = steps.remove(fsync);
+    let moved_rename = steps.remove(retire);
+    let exchange = steps.iter().position(|s| matches!(s.rop, ROp::Exchange { .. })).expect("exchange");
+    steps.insert(exchange + 1, moved_fsync);
+    steps.insert(exchange + 1, moved_rename);
+    check_caught(&mut ex, &sc, "retire the older previous after the exchange", &steps);
+}
+
+#[test]
+fn the_commit_fsync_of_a_revert_is_needed_and_comes_before_removing_the_replaced_tree() {
+    let mut ex = Explorer::new();
+    for sc in [
+        crate::keep::revert(&mut ex),
+        crate::keep::revert_missing(&mut ex),
+        crate::keep::revert_file(&mut ex),
+    ] {
+        check_mutations(&mut ex, &sc, None);
+        // The replaced tree removed before the commit fsync (the fsync moved last).
+        let commit = sc
+            .steps
+            .iter()
+            .position(|s| matches!(&s.rop, ROp::FsyncDir { path } if path == "."))
+            .expect("commit fsync");
+        let removes_keep = |s: &Step| match &s.rop {
+            ROp::Unlink { path } | ROp::Rmdir { path } => crate::trace::short(path).starts_with("<keep>"),
+            _ => false,
+        };
+        if sc.steps[commit..].iter().any(removes_keep) {
+            let mut steps = sc.steps.clone();
+            let moved = steps.remove(commit);
+            steps.push(moved);
+            check_caught(&mut ex, &sc, "remove the replaced tree before the commit fsync", &steps);
+        }
+    }
+}

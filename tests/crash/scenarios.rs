@@ -69,7 +69,10 @@ pub fn record(
     let before = snapshot(&root);
     assert_eq!(before, initial, "materialising the initial state");
     let dir = std::fs::File::open(&root).expect("open root");
-    let trace = call(dir.as_fd());
+    // A valid previous of the initial state is named after its real inode;
+    // the model knows it by its canonical name (see `model.rs`).
+    let renames = canonical_names(&root);
+    let trace: Vec<ROp> = call(dir.as_fd()).into_iter().map(|op| rename_paths(op, &renames)).collect();
     drop(dir);
     let after = snapshot(&root);
     remove(&root);
@@ -96,9 +99,55 @@ pub fn record(
             keep: vec![(KEEP.to_owned(), before.get(KEEP).cloned())],
             dirs_from: Vec::new(),
             owed: None,
+            previous: None,
         },
         initial: before,
         steps,
+    }
+}
+
+/// The canonical name (see `model.rs`) of every keep entry directly in
+/// `dir`, by real name.
+fn canonical_names(dir: &std::path::Path) -> std::collections::HashMap<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let real: Vec<(String, bool, String)> = std::fs::read_dir(dir)
+        .expect("read root")
+        .map(|e| {
+            let e = e.expect("entry");
+            let name = e.file_name().into_string().expect("utf-8");
+            let meta = std::fs::symlink_metadata(e.path()).expect("stat");
+            let valid = (meta.is_dir() || meta.is_file())
+                && durasync::durable::names::parse_keep(&name) == Some(meta.ino());
+            (name.clone(), valid, name)
+        })
+        .collect();
+    crate::model::canonical_keeps(real).into_iter().filter(|(c, r)| c != r).map(|(c, r)| (r, c)).collect()
+}
+
+/// `op` with every path component found in `renames` renamed.
+fn rename_paths(op: ROp, renames: &std::collections::HashMap<String, String>) -> ROp {
+    if renames.is_empty() {
+        return op;
+    }
+    let r = |p: String| -> String {
+        p.split('/').map(|c| renames.get(c).map_or(c, String::as_str)).collect::<Vec<_>>().join("/")
+    };
+    match op {
+        ROp::Lock { dir } => ROp::Lock { dir: r(dir) },
+        ROp::Mkdir { path } => ROp::Mkdir { path: r(path) },
+        ROp::Create { path } => ROp::Create { path: r(path) },
+        ROp::Write { path, data } => ROp::Write { path: r(path), data },
+        ROp::Chmod { path, mode } => ROp::Chmod { path: r(path), mode },
+        ROp::FsyncFile { path } => ROp::FsyncFile { path: r(path) },
+        ROp::FsyncDir { path } => ROp::FsyncDir { path: r(path) },
+        ROp::FsyncFail { path } => ROp::FsyncFail { path: r(path) },
+        ROp::Syncfs { path } => ROp::Syncfs { path: r(path) },
+        ROp::SyncfsFail { path } => ROp::SyncfsFail { path: r(path) },
+        ROp::Link { from, to } => ROp::Link { from: r(from), to: r(to) },
+        ROp::Exchange { a, b } => ROp::Exchange { a: r(a), b: r(b) },
+        ROp::Rename { from, to, replace } => ROp::Rename { from: r(from), to: r(to), replace },
+        ROp::Unlink { path } => ROp::Unlink { path: r(path) },
+        ROp::Rmdir { path } => ROp::Rmdir { path: r(path) },
     }
 }
 

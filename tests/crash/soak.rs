@@ -137,6 +137,9 @@ fn run_ok(args: &[&Path]) {
     assert!(out.status.success(), "durasync {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Iterations of one cycle of the soak's changes: A→B→A→C→A→D→A.
+const CYCLE: usize = 6;
+
 #[derive(Debug, Default)]
 struct Phases {
     before_nothing_staged: usize,
@@ -213,10 +216,14 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
     let mut iterations = 0;
     let mut partials = 0;
     let mut ones = 0;
-    while iterations < MAX_ITERATIONS && start.elapsed() + replace_time * 2 < BUDGET {
+    // At least one whole cycle (a full replace, a partial change and a
+    // one-file change, each there and back) whatever the budget: on a busy
+    // machine the calibration above can take most of it, and a soak that
+    // killed no change of one kind has checked nothing of that kind.
+    while iterations < MAX_ITERATIONS && (iterations < CYCLE || start.elapsed() + replace_time * 2 < BUDGET) {
         iterations += 1;
         // From A, in turn a full replace (B), a partial change (C) and a
-        // one-file change (D); back to A from any of them.
+        // one-file change (D); back to A from any of them (`CYCLE` steps).
         let (next, src, old, new) = match current {
             'A' if iterations % 6 < 2 => ('B', &src_b, &tree_a, &tree_b),
             'A' if iterations % 6 < 4 => ('C', &src_c, &tree_a, &tree_c),

@@ -14,6 +14,11 @@
 //! The same audit covers a single-file `write` (create and replace), and a
 //! plugin's `sync` and `remove` through `durasync run` (certsync).
 //!
+//! Keeping a previous tree and reverting to it (`sync --keep-previous`,
+//! `rollback`) are audited the same way, line by line; the revert with
+//! its unlinks traced too: the exchange, then the parent's fsync, and only
+//! then any removal inside the replaced tree.
+//!
 //! Skipped, loudly, when `strace` is not installed (`.ci/run` installs it);
 //! under CI (`CI=true`) that is a failure instead.
 
@@ -50,9 +55,14 @@ struct Call {
 /// Run `durasync ARGS` under strace; the completed calls in completion
 /// order (a call interrupted by another thread's is placed where it returned).
 fn strace(work: &Path, args: &[&Path]) -> Vec<Call> {
+    strace_with(work, args, TRACED)
+}
+
+/// [`strace`] of the calls `traced` (an `-e trace=` expression).
+fn strace_with(work: &Path, args: &[&Path], traced: &str) -> Vec<Call> {
     let log = work.join(format!("strace-{}.log", std::process::id()));
     let out = Command::new("strace")
-        .args(["-f", "-y", "-qq", "-e", TRACED, "-o"])
+        .args(["-f", "-y", "-qq", "-e", traced, "-o"])
         .arg(&log)
         .arg(durasync())
         .args(args)
@@ -576,4 +586,114 @@ fn strace_of_a_plugin_run_with_flush_syncfs_shows_one_syncfs_and_the_commit_fsyn
     assert!(traced.file_fsyncs.is_empty() && traced.dir_fsyncs.is_empty(), "{traced:?}");
     assert_eq!((traced.swaps, traced.swap.as_str()), (1, "RENAME_NOREPLACE"));
     assert_eq!(traced.after_swap, ["<parent>"]);
+}
+
+/// Run `durasync ARGS` in `work` untraced; it must succeed.
+fn run_ok(work: &Path, args: &[&Path]) {
+    let out = Command::new(durasync()).args(args).current_dir(work).output().expect("run durasync");
+    assert!(out.status.success(), "durasync {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn strace_of_keep_syncs_matches_the_explored_sequences() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    for second in [false, true] {
+        let sc = if second { crate::keep::keep_second(&mut ex) } else { crate::keep::keep_first(&mut ex) };
+        let out = ex.explore(&sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+        assert!(out.violations.is_empty(), "{}: {}", sc.name, out.violations[0]);
+        let explored: Vec<ROp> = sc.steps.iter().map(|s| s.rop.clone()).collect();
+        let (old, new) = (sc.expect.old.clone().expect("old"), sc.expect.new.clone().expect("new"));
+        let (work, target, src) = setup(None, &new);
+        let (old_src, older_src) = (work.path().join("old"), work.path().join("older"));
+        materialise(&old, &old_src);
+        materialise(&dir(0o700, &[("z", file("older z", 0o644))]), &older_src);
+        if second {
+            run_ok(work.path(), &sync_args(&target, &older_src));
+            run_ok(
+                work.path(),
+                &[&sync_args(&target, &old_src)[..], &[Path::new("--keep-previous")][..]].concat(),
+            );
+        } else {
+            run_ok(work.path(), &sync_args(&target, &old_src));
+        }
+        let args = [&sync_args(&target, &src)[..], &[Path::new("--keep-previous")][..]].concat();
+        let parent = target.parent().expect("parent").to_path_buf();
+        let traced = tokens_of_calls(&strace(work.path(), &args), &parent);
+        println!("[strace] {}: {traced:?}", sc.name);
+        assert_eq!(
+            traced,
+            tokens_of_trace(&explored),
+            "{}: the binary's sequence is the explored one",
+            sc.name
+        );
+        let mut want = vec!["fsync <keep>/a", "fsync <keep>"];
+        if second {
+            want.extend(["rename(noreplace) <keep> -> <trash>", "fsync ."]);
+        }
+        want.extend(["exchange <keep> <-> t", "fsync ."]);
+        assert_eq!(traced, want);
+        assert_eq!(entries(&crate::model::snapshot(&target)), entries(&new));
+    }
+}
+
+#[test]
+fn strace_of_a_revert_shows_the_exchange_then_the_parent_fsync_and_no_removal_before_it() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    let sc = crate::keep::revert(&mut ex);
+    let out = ex.explore(&sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+    assert!(out.violations.is_empty(), "{}: {}", sc.name, out.violations[0]);
+    let explored: Vec<ROp> = sc.steps.iter().map(|s| s.rop.clone()).collect();
+    let (bad, good) = (sc.expect.old.clone().expect("old"), sc.expect.new.clone().expect("new"));
+    let (work, target, bad_src) = setup(None, &bad);
+    let good_src = work.path().join("good");
+    materialise(&good, &good_src);
+    run_ok(work.path(), &sync_args(&target, &good_src));
+    run_ok(work.path(), &[&sync_args(&target, &bad_src)[..], &[Path::new("--keep-previous")][..]].concat());
+
+    let calls = strace_with(
+        work.path(),
+        &[Path::new("rollback"), target.as_path()],
+        &format!("{TRACED},unlink,unlinkat,rmdir"),
+    );
+    let parent = target.parent().expect("parent").to_path_buf();
+    let is_removal = |c: &Call| matches!(c.name.as_str(), "unlink" | "unlinkat" | "rmdir");
+    let durable: Vec<Call> = calls.iter().filter(|c| !is_removal(c)).cloned().collect();
+    let traced = tokens_of_calls(&durable, &parent);
+    println!("[strace] revert: {traced:?}");
+    assert_eq!(traced, tokens_of_trace(&explored), "the binary's sequence is the explored one");
+    assert_eq!(
+        traced,
+        ["exchange <keep> <-> t", "fsync ."],
+        "one exchange, then the commit fsync of the parent"
+    );
+
+    // Every removal inside the replaced tree (now at the keep name) comes
+    // after the commit fsync; and the replaced tree is removed.
+    let commit = calls.iter().position(|c| c.name == "fsync").expect("the commit fsync");
+    let in_keep = |c: &Call| {
+        let args: Vec<&str> = c.args.split(", ").collect();
+        let full = format!("{}/{}", fd_path_of(args[0]), args.get(1).map_or("", |a| a.trim_matches('"')));
+        full.split('/').any(|part| durasync::durable::names::parse_keep(part).is_some())
+    };
+    let removals: Vec<usize> =
+        calls.iter().enumerate().filter(|(_, c)| is_removal(c) && in_keep(c)).map(|(i, _)| i).collect();
+    assert!(!removals.is_empty(), "the replaced tree is removed: {calls:?}");
+    assert!(
+        removals.iter().all(|&i| i > commit),
+        "a removal in the keep entry before the commit fsync: {calls:?}"
+    );
+    assert_eq!(entries(&crate::model::snapshot(&target)), entries(&good));
+}
+
+/// What a directory holds (its own mode aside: a target made by the CLI
+/// gets the default mode).
+fn entries(d: &Disk) -> &std::collections::BTreeMap<String, Disk> {
+    let Disk::Dir { entries, .. } = d else { panic!("a directory") };
+    entries
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use durasync::durable::names::is_leftover;
+use durasync::durable::names::{is_leftover, parse_keep};
 use durasync::durable::{Op, Probe};
 
 /// One recorded operation, owned, with paths relative to the explored root.
@@ -113,6 +113,9 @@ pub fn short(path: &str) -> String {
             if is_leftover(c) {
                 let kind = c.trim_start_matches(".durasync-").split('-').next().unwrap_or("leftover");
                 format!("<{kind}>")
+            } else if parse_keep(c).is_some() {
+                // A keep entry's name states an inode number, different each run.
+                "<keep>".to_owned()
             } else {
                 c.to_owned()
             }

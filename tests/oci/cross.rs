@@ -144,7 +144,8 @@ fn an_openssl_signature_pushed_by_skopeo_verifies_and_other_keys_or_digests_are_
     let out = durasync(&cache, &["pull", &reference, "--key", vendor_pub.to_str().unwrap()]);
     assert_status(&out, OK);
     assert_eq!(field(&out, "manifest digest:"), d1);
-    assert_eq!(field(&out, "signed by:"), vendor_pub.display().to_string());
+    let who = field(&out, "signed by:");
+    assert!(who.starts_with(&format!("{} (key id ", vendor_pub.display())), "{who}");
 
     // Another key: refused, exit 12, naming the digest and why.
     let out = durasync(&cache, &["pull", &reference, "--key", stranger_pub.to_str().unwrap()]);

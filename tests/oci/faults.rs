@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use super::fake::{Fake, Reply};
 use super::*;
 
-const REPO: &str = "vendor/plugin";
-const WASM_LAYER: &str = "application/wasm";
-const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+pub(super) const REPO: &str = "vendor/plugin";
+pub(super) const WASM_LAYER: &str = "application/wasm";
+pub(super) const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 
 /// Routes serving `manifest` at tag `t` and at its digest, and `blobs`.
-fn routes(manifest: &[u8], blobs: &[(&str, Vec<u8>)]) -> HashMap<String, Reply> {
+pub(super) fn routes(manifest: &[u8], blobs: &[(&str, Vec<u8>)]) -> HashMap<String, Reply> {
     let mut r = HashMap::new();
     let m = Reply::Body(200, OCI_MANIFEST, manifest.to_vec());
     r.insert(format!("/v2/{REPO}/manifests/t"), m.clone());
@@ -25,23 +25,23 @@ fn routes(manifest: &[u8], blobs: &[(&str, Vec<u8>)]) -> HashMap<String, Reply> 
     r
 }
 
-fn wasm() -> Vec<u8> {
+pub(super) fn wasm() -> Vec<u8> {
     b"\0asm\x0d\x00\x01\x00 a stand-in component (pull does not compile)".to_vec()
 }
 
-fn pull(fake: &Fake, cache: &Path, target: &str, extra: &[&str]) -> Output {
+pub(super) fn pull(fake: &Fake, cache: &Path, target: &str, extra: &[&str]) -> Output {
     let reference = format!("oci://{}/{REPO}{target}", fake.registry());
     let mut args = vec!["pull", &reference];
     args.extend(extra);
     durasync(cache, &args)
 }
 
-fn blob_requests(fake: &Fake) -> usize {
+pub(super) fn blob_requests(fake: &Fake) -> usize {
     fake.requests().iter().filter(|r| r.contains("/blobs/")).count()
 }
 
 /// The blob cache holds nothing but these digests (no temporary leftovers).
-fn assert_cache_holds(cache: &Path, digests: &[String]) {
+pub(super) fn assert_cache_holds(cache: &Path, digests: &[String]) {
     let dir = cache.join("durasync/oci/blobs/sha256");
     let mut held: Vec<String> = std::fs::read_dir(&dir)
         .map(|d| d.map(|e| e.unwrap().file_name().into_string().unwrap()).collect())
@@ -162,7 +162,7 @@ fn a_blob_over_the_limit_is_refused_before_fetching_or_while_streaming() {
     let fake = Fake::start(routes(&lying, &[(&digest(&big), big.clone())]));
     let out = pull(&fake, tmp.path(), ":t", &[]);
     assert_status(&out, POLICY);
-    assert!(text(&out).contains("larger than the limit of 1000 bytes"), "{}", text(&out));
+    assert!(text(&out).contains("its descriptor says 1000 bytes"), "{}", text(&out));
     assert_eq!(blob_requests(&fake), 1);
     assert_cache_holds(tmp.path(), &[digest(&m), digest(&lying)]);
 }

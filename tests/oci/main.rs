@@ -13,11 +13,17 @@
 #[allow(dead_code)]
 mod support;
 
+#[path = "../support/sigstore.rs"]
+#[allow(dead_code)]
+mod sigstore_fixtures;
+
 mod auth;
 mod cross;
 mod fake;
 mod faults;
+mod hostile;
 mod offline;
+mod sigstore;
 mod tls;
 
 use std::path::{Path, PathBuf};

@@ -293,7 +293,8 @@ fn an_air_gapped_node_pulls_through_a_mirror_under_the_original_name() {
     let out =
         with_mirror(&dir.join("c2"), &["pull", &format!("{original}:1"), "--key", public.to_str().unwrap()]);
     assert_status(&out, OK);
-    assert_eq!(field(&out, "signed by:"), public.display().to_string());
+    let who = field(&out, "signed by:");
+    assert!(who.starts_with(&format!("{} (key id ", public.display())), "{who}");
 }
 
 #[test]
@@ -325,4 +326,31 @@ fn an_agent_following_a_tag_takes_a_newly_signed_release_on_its_interval_without
     assert!(!line.contains("reload failed"), "{line}");
     // And it runs: the next input reaches the output.
     t.greet("release2", "release 2 did not run on the new input");
+}
+
+#[test]
+fn an_agent_stops_its_running_version_once_its_digest_is_revoked() {
+    let Some(t) = SignedTag::start("") else { return };
+    t.wait_line(|l| l.contains("component verified") && l.contains(&t.d1), "release 1 verified");
+    t.wait_line(|l| l.contains("first round done"), "the first run");
+    assert_eq!(std::fs::read_to_string(t.out.join("env/GREETING")).unwrap(), "hello\n");
+
+    // The operator revokes release 1 in the manifest: the reload refuses it
+    // from the cache and the running version is stopped, not kept.
+    let manifest = t.dir().join("agent.d/example.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let revoked = text.replace("[verify]\n", &format!("[verify]\nrevoked_digests = [\"{}\"]\n", t.d1));
+    assert_ne!(text, revoked);
+    let new = t.dir().join("example.toml.new");
+    std::fs::write(&new, revoked).unwrap();
+    std::fs::rename(&new, &manifest).unwrap();
+    let stopped = t.wait_line(|l| l.contains("running version is revoked"), "the revoked version stopped");
+    assert!(stopped.contains(&format!("manifest {} is revoked", t.d1)), "{stopped}");
+
+    // It no longer syncs: a new input is not written.
+    let new = t.dir().join("input.new");
+    std::fs::write(&new, "GREETING=again\n").unwrap();
+    std::fs::rename(&new, &t.input).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(std::fs::read_to_string(t.out.join("env/GREETING")).unwrap(), "hello\n");
 }

@@ -113,3 +113,41 @@ fn a_wrong_expectation_fails_naming_the_case_and_each_difference() {
     assert_ne!(out.status.code(), Some(0), "{t}");
     assert!(t.contains("before/elsewhere: names a root the manifest does not grant (granted: out)"), "{t}");
 }
+
+#[test]
+fn a_case_that_is_a_link_or_a_fifo_fails_and_a_linked_root_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = tmp.path().join("cases");
+    let good = cases.join("good");
+    std::fs::create_dir_all(&cases).unwrap();
+    let example = support::workspace_root().join(CASES).join("created");
+    assert!(std::process::Command::new("cp").arg("-a").arg(example).arg(&good).status().unwrap().success());
+    // A case that would fail if it ran, reached only through a link, and a fifo.
+    let wrong = tmp.path().join("wrong");
+    std::fs::create_dir_all(&wrong).unwrap();
+    std::fs::write(wrong.join("case.toml"), "result = \"never\"\n").unwrap();
+    std::os::unix::fs::symlink(&wrong, cases.join("linked")).unwrap();
+    let mode = rustix::fs::Mode::from(0o600);
+    rustix::fs::mknodat(rustix::fs::CWD, cases.join("pipe"), rustix::fs::FileType::Fifo, mode, 0).unwrap();
+    let manifest = rust_manifest(tmp.path());
+    let out = durasync_test(&manifest, &cases);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(TEST_FAILED), "{t}");
+    assert!(t.contains("ok good\n"), "{t}");
+    assert!(t.contains("FAILED linked\n"), "{t}");
+    assert!(t.contains("linked: is a symbolic link (links are not followed), not a case folder"), "{t}");
+    assert!(t.contains("FAILED pipe\n"), "{t}");
+    assert!(t.contains("pipe: is a fifo, not a case folder"), "{t}");
+    assert!(t.contains("1 passed, 2 failed"), "{t}");
+
+    // A root's starting tree that is a link to a folder elsewhere is refused, not read.
+    std::fs::remove_file(cases.join("linked")).unwrap();
+    std::fs::remove_file(cases.join("pipe")).unwrap();
+    std::fs::create_dir_all(good.join("before")).unwrap();
+    std::fs::write(wrong.join("outside"), "o").unwrap();
+    std::os::unix::fs::symlink(&wrong, good.join("before/out")).unwrap();
+    let out = durasync_test(&manifest, &cases);
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{t}");
+    assert!(t.contains("before/out: is a symbolic link; a fixture folder must be a directory"), "{t}");
+}

@@ -2,6 +2,7 @@
 //! this module with `#[path = "../support/mod.rs"] mod support;`.
 
 pub mod go_toolchain;
+pub mod http_server;
 pub mod oci_artifacts;
 pub mod registry;
 pub mod snapshot;

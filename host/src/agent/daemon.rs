@@ -13,16 +13,20 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use super::config;
+use super::config::{self, DriftMode};
+use super::drift::{self, Seen, Watches};
 use super::health::Health;
 use super::http::MetricsServer;
 use super::instance::{Instance, Trigger};
 use super::metrics::{Metrics, Version};
 use super::notify::Notifier;
+use super::status::{self, Board};
 use super::watch::{Change, Watcher};
 use super::{Error, Loaded, Options, RunReport, load, log_report, run_instance, spawn_traced};
 use crate::hooks::Ledger;
 use crate::hooks::actions::{Observer, Runner};
+use crate::hooks::ledger::ProbationRecord;
+use crate::hooks::probation::{ProbeObserver, Prober};
 use crate::runtime::Runtime;
 
 /// How long the config directory must be quiet before a reload: an editor
@@ -50,13 +54,32 @@ pub(super) struct LoadBatch {
     pub(super) initial: bool,
     /// An OCI tag resolved again on its instance's interval.
     pub(super) refresh: bool,
+    /// The loader's last message for this dispatch: each manifest comes
+    /// back on its own as soon as it is loaded (a slow pull holds no other
+    /// instance `loading`), and the last one ends the dispatch.
+    pub(super) last: bool,
     pub(super) attempts: Vec<Attempt>,
 }
 
 pub(super) enum Event {
     Watch(Change),
     Signal(i32),
-    Done { file: PathBuf, report: RunReport },
+    /// A run ended; `digests`: its written roots' tree digests, when it
+    /// committed a change.
+    Done {
+        file: PathBuf,
+        report: RunReport,
+        digests: BTreeMap<String, String>,
+    },
+    /// Drift events wait in the drift watch's queue.
+    DriftReady,
+    /// An instance's prober swapped `root:path` back to its previous tree:
+    /// durasync's own change, never drift.
+    Reverted {
+        instance: String,
+        root: String,
+        path: String,
+    },
     Loaded(LoadBatch),
 }
 
@@ -65,11 +88,17 @@ pub(super) struct Daemon {
     pub(super) runtime: Arc<Runtime>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) health: Arc<Health>,
+    pub(super) status: Arc<Board>,
+    /// The drift watch of every instance's targets.
+    pub(super) drift: Watches,
     pub(super) notifier: Notifier,
     pub(super) watcher: Watcher,
     pub(super) tx: SyncSender<Event>,
     /// A load batch is on the loader thread.
     pub(super) loading: bool,
+    /// Reloaded manifests waiting for the end of their dispatch (see
+    /// [`Daemon::apply_loaded`]).
+    pub(super) deferred_loads: Vec<Attempt>,
     /// A reload asked for while a batch was loading (`true`: forced).
     pub(super) reload_queued: Option<bool>,
     pub(super) instances: BTreeMap<PathBuf, Instance>,
@@ -81,7 +110,7 @@ pub(super) struct Daemon {
     pub(super) watches_incomplete: bool,
     /// Each instance's ledger and action thread, by plugin name (kept
     /// across reloads: what is owed stays owed).
-    actions: BTreeMap<String, Arc<super::Actions>>,
+    pub(super) actions: BTreeMap<String, Arc<super::Actions>>,
 }
 
 /// Run the agent until SIGTERM or SIGINT. Returns after in-flight runs
@@ -118,12 +147,15 @@ pub fn run(opts: &Options) -> Result<(), Error> {
     let runtime = Arc::new(runtime);
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
+    let status = Arc::new(Board::new(opts.config_dir.clone()));
+    let drift = Watches::start(tx.clone(), || Event::DriftReady)
+        .map_err(|e| Error::Setup { what: "starting the drift watch", source: e })?;
     // Served from the start: `/healthz` answers while the first manifests
     // compile, and `/readyz` says which are still loading.
     let _server = match &opts.metrics_addr {
         Some(addr) => {
-            let server = MetricsServer::start(addr, metrics.clone(), health.clone())?;
-            tracing::info!("serving /metrics, /healthz and /readyz on http://{}", server.addr);
+            let server = MetricsServer::start(addr, metrics.clone(), health.clone(), status.clone())?;
+            tracing::info!("serving /metrics, /healthz, /readyz and /status on http://{}", server.addr);
             Some(server)
         }
         None => None,
@@ -133,10 +165,13 @@ pub fn run(opts: &Options) -> Result<(), Error> {
         runtime,
         metrics,
         health,
+        status,
+        drift,
         notifier: Notifier::from_env(),
         watcher,
         tx,
         loading: false,
+        deferred_loads: Vec::new(),
         reload_queued: None,
         instances: BTreeMap::new(),
         reload_at: None,
@@ -182,21 +217,37 @@ impl Daemon {
             // multiplied), each behind `catch_unwind`: a panic while loading
             // one manifest is that manifest's load error, never the batch's,
             // so the others load and the loader thread lives on.
-            let attempts = files
-                .into_iter()
-                .map(|file| {
-                    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        load(&runtime, &file, flush)
-                    }));
-                    let (text, result) = loaded.unwrap_or_else(|panic| {
-                        let reason = panic_message(&*panic);
-                        tracing::error!(file = %file.display(), "loading panicked: {reason}");
-                        (None, Err(Error::LoadPanic { file: file.clone(), reason }))
-                    });
-                    (file, text, result)
-                })
-                .collect();
-            let _ = tx.send(Event::Loaded(LoadBatch { force, initial, refresh, attempts }));
+            // Each result is sent as soon as it is known, and manifests whose
+            // component is a local file load before those pulled from a
+            // registry: a slow registry (up to its pull's deadline) holds
+            // back only the registry manifests after it, never a local one.
+            let (local, pulled): (Vec<PathBuf>, Vec<PathBuf>) =
+                files.into_iter().partition(|f| !super::pulls_from_registry(f));
+            let files: Vec<PathBuf> = local.into_iter().chain(pulled).collect();
+            let total = files.len();
+            if total == 0 {
+                let _ = tx.send(Event::Loaded(LoadBatch {
+                    force,
+                    initial,
+                    refresh,
+                    last: true,
+                    attempts: vec![],
+                }));
+            }
+            for (i, file) in files.into_iter().enumerate() {
+                let loaded =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| load(&runtime, &file, flush)));
+                let (text, result) = loaded.unwrap_or_else(|panic| {
+                    let reason = panic_message(&*panic);
+                    tracing::error!(file = %file.display(), "loading panicked: {reason}");
+                    (None, Err(Error::LoadPanic { file: file.clone(), reason }))
+                });
+                let attempts = vec![(file, text, result)];
+                let last = i + 1 == total;
+                if tx.send(Event::Loaded(LoadBatch { force, initial, refresh, last, attempts })).is_err() {
+                    return;
+                }
+            }
         });
         match spawned {
             Ok(_) => self.loading = true,
@@ -211,13 +262,19 @@ impl Daemon {
         }
     }
 
-    /// The first batch: like any reload, except that two manifests with the
-    /// same name stop the agent (exit 12), as a bad start must be loud.
+    /// The first batch (its manifests one by one as they load): like any
+    /// reload, except that two manifests with the same name stop the agent
+    /// (exit 12), as a bad start must be loud.
     fn apply_initial(&mut self, batch: LoadBatch) -> Result<(), Error> {
+        let loaded = self
+            .instances
+            .values()
+            .filter(|i| i.loaded.is_some())
+            .map(|i| (i.file.as_path(), i.label.as_str()));
         let names = batch.attempts.iter().filter_map(|(file, _, r)| {
             r.as_ref().ok().map(|l| (file.as_path(), l.spec.manifest.name.as_str()))
         });
-        if let Some((name, files)) = config::duplicate_names(names).into_iter().next() {
+        if let Some((name, files)) = config::duplicate_names(loaded.chain(names)).into_iter().next() {
             return Err(Error::DuplicateName { name, files });
         }
         let now = Instant::now();
@@ -243,12 +300,14 @@ impl Daemon {
             }
             self.instances.insert(file, inst);
         }
-        tracing::info!(
-            "agent started: {} of {} manifests in {} loaded",
-            self.instances.values().filter(|i| i.loaded.is_some()).count(),
-            self.instances.len(),
-            self.opts.config_dir.display()
-        );
+        if batch.last {
+            tracing::info!(
+                "agent started: {} of {} manifests in {} loaded",
+                self.instances.values().filter(|i| i.loaded.is_some()).count(),
+                self.instances.len(),
+                self.opts.config_dir.display()
+            );
+        }
         self.sync_watches();
         self.refresh();
         Ok(())
@@ -265,6 +324,7 @@ impl Daemon {
                     self.reload_at = None;
                     self.reload(false);
                 }
+                self.report_drift(now);
                 self.start_due(now);
             }
             let running: Vec<String> =
@@ -290,15 +350,24 @@ impl Daemon {
                 None => rx.recv().expect("the loop holds a sender"),
             };
             match event {
-                Event::Done { file, report } => self.finished(&file, report),
+                Event::Done { file, report, digests } => self.finished(&file, report, digests),
+                Event::DriftReady => {
+                    self.drain_drift();
+                    self.drift.ack();
+                }
+                Event::Reverted { instance, root, path } => self.reverted(&instance, &root, &path),
                 Event::Loaded(batch) => {
-                    self.loading = false;
+                    let last = batch.last;
+                    if last {
+                        self.loading = false;
+                    }
                     if batch.initial {
                         self.apply_initial(batch)?;
                     } else {
                         self.apply_loaded(batch);
                     }
-                    if let Some(force) = self.reload_queued.take()
+                    if last
+                        && let Some(force) = self.reload_queued.take()
                         && shutdown.is_none()
                     {
                         self.reload(force);
@@ -344,6 +413,7 @@ impl Daemon {
             None => {
                 consider(self.reload_at);
                 for inst in self.instances.values() {
+                    consider(inst.drift.report_at(&inst.drift_config()));
                     if may_start && !inst.running && inst.loaded.is_some() {
                         consider(inst.due.map(|(t, _)| t));
                     }
@@ -396,22 +466,34 @@ impl Daemon {
         }
         let (Some(loaded), Some((_, trigger))) = (inst.loaded.clone(), inst.due.take()) else { return };
         inst.running = true;
+        let started = Instant::now();
+        inst.run_started = Some((started, trigger));
+        if trigger == Trigger::Drift {
+            inst.drift.last_drift_run = Some(started);
+        }
         self.metrics.triggered(&inst.label, trigger.label());
         let tx = self.tx.clone();
         let file_owned = file.to_path_buf();
         let name = loaded.spec.manifest.name.clone();
         let log_rate = inst.log_rate.clone();
-        let actions = if loaded.spec.manifest.hooks.actions.is_empty() {
+        let actions = if !loaded.spec.manifest.hooks.needs_ledger() {
             None
         } else {
-            let (opts, metrics) = (&self.opts, &self.metrics);
+            let (opts, metrics, health) = (&self.opts, &self.metrics, &self.health);
             let schedule = loaded.spec.schedule;
-            Some(
-                self.actions
-                    .entry(name.clone())
-                    .or_insert_with(|| Arc::new(start_actions(opts, metrics, &name, schedule)))
-                    .clone(),
-            )
+            // A ledger that could not be opened (a corrupt line, a state
+            // dir not writable yet) is not kept: each run tries again, so
+            // the instance recovers by itself (at its back-off) once the
+            // cause is gone. An opened one, with its action thread, stays.
+            match self.actions.get(&name) {
+                Some(a) if a.is_ok() => Some(a.clone()),
+                _ => {
+                    let tx = self.tx.clone();
+                    let a = Arc::new(start_actions(opts, metrics, health, tx, &name, schedule));
+                    self.actions.insert(name.clone(), a.clone());
+                    Some(a)
+                }
+            }
         };
         let spawned = spawn_traced(format!("run {name}"), move || {
             let span = tracing::info_span!("run", instance = %name);
@@ -419,8 +501,19 @@ impl Daemon {
             tracing::debug!(trigger = trigger.label(), "run started");
             let report = run_instance(&loaded, Some(log_rate), actions.as_deref());
             log_report(&report);
+            // The digests of the roots it changed, read here (not in the
+            // loop, which must keep turning); none for a run that changed
+            // nothing, so an unchanged resync costs what it did.
+            let digests = changed_roots(&report)
+                .into_iter()
+                .filter_map(|root| {
+                    let path = &loaded.spec.manifest.roots.get(&root)?.path;
+                    let digest = status::tree_digest(path).unwrap_or_else(|e| format!("none: {e}"));
+                    Some((root, digest))
+                })
+                .collect();
             // The loop may be gone at shutdown after the grace period.
-            let _ = tx.send(Event::Done { file: file_owned, report });
+            let _ = tx.send(Event::Done { file: file_owned, report, digests });
         });
         if let Err(e) = spawned {
             tracing::error!(instance = %inst.label, "cannot start a run thread: {e}");
@@ -437,7 +530,11 @@ impl Daemon {
     /// A run ended: the instance's state and the published state first,
     /// its counters last, so whoever reads a run's counter finds `/readyz`
     /// already saying how that run ended.
-    fn finished(&mut self, file: &Path, report: RunReport) {
+    fn finished(&mut self, file: &Path, report: RunReport, digests: BTreeMap<String, String>) {
+        // Every event of the run's own system calls is in the drift queue
+        // by now (they returned before `Done` was sent): drained while the
+        // instance still counts as running, each is a run-window event.
+        self.drain_drift();
         let Some(inst) = self.instances.get_mut(file) else { return };
         let label = inst.label.clone();
         let (dropped, dropped_bytes) = inst.log_rate.take_dropped();
@@ -447,7 +544,7 @@ impl Daemon {
                 "{dropped} log messages ({dropped_bytes} bytes) were dropped over the instance's log rate limit"
             );
         }
-        self.settle(file, &report);
+        self.settle(file, &report, digests);
         self.metrics.log_dropped(&label, dropped);
         if let Some(by) = &report.rejected_by {
             self.metrics.rejected(&report.instance, by);
@@ -461,11 +558,34 @@ impl Daemon {
     }
 
     /// The instance's state after a run, and the published state.
-    fn settle(&mut self, file: &Path, report: &RunReport) {
+    fn settle(&mut self, file: &Path, report: &RunReport, digests: BTreeMap<String, String>) {
         let Some(inst) = self.instances.get_mut(file) else { return };
         inst.running = false;
         inst.runs += 1;
+        let ended = std::time::SystemTime::now();
+        let trigger = inst.run_started.map_or("start", |(_, t)| t.label());
+        inst.last_run = Some(status::RunStatus {
+            at: status::rfc3339(ended),
+            trigger: trigger.to_owned(),
+            result: report.result.label().to_owned(),
+            elapsed_ms: report.elapsed.as_secs_f64() * 1000.0,
+            operations: report.operations_summary(),
+            message: status::bounded(&report.message),
+        });
+        if !digests.is_empty() {
+            let mut roots = inst.last_commit.take().map(|c| c.roots).unwrap_or_default();
+            roots.extend(digests);
+            inst.last_commit = Some(status::CommitStatus { at: status::rfc3339(ended), roots });
+        }
+        if matches!(report.result, super::RunResult::Rejected | super::RunResult::Refused) {
+            inst.last_refusal = Some(status::Refusal {
+                at: status::rfc3339(ended),
+                by: report.rejected_by.clone().unwrap_or_else(|| "policy".to_owned()),
+                message: status::bounded(&report.message),
+            });
+        }
         if inst.removed {
+            self.drift.arm(file, &BTreeMap::new());
             tracing::info!(instance = %inst.label, "stopped: its manifest was removed");
             if let Some(l) = &inst.loaded {
                 self.metrics.unloaded(&inst.label, Version::of(&l.plugin));
@@ -483,6 +603,13 @@ impl Daemon {
             inst.failures = 0;
             inst.last_error = None;
             inst.due = Some((now + schedule.interval, Trigger::Interval));
+            // A success that started after the drift was reported wrote the
+            // plugin's desired state back.
+            if let (Some(seen), Some((started, _))) = (inst.drift.unrepaired, inst.run_started)
+                && started >= seen
+            {
+                inst.drift.unrepaired = None;
+            }
         } else {
             inst.failures = inst.failures.saturating_add(1);
             inst.last_error = Some(report.message.clone());
@@ -498,10 +625,132 @@ impl Daemon {
         if let Some(trigger) = inst.rerun.take() {
             inst.due = Some((now, trigger));
         }
+        self.after_run_drift(file, report);
         if !report.ok() || self.watches_incomplete {
             self.sync_watches();
         }
         self.refresh();
+    }
+
+    /// `instance`'s prober reverted `root:path`: what the drift queue holds
+    /// of that target is the revert's own doing (its exchange, and the
+    /// failed tree's removal through the old watch), and the watch is armed
+    /// again on the tree now live.
+    fn reverted(&mut self, instance: &str, root: &str, path: &str) {
+        self.drain_drift();
+        let Some((file, inst)) = self.instances.iter_mut().find(|(_, i)| i.label == instance) else { return };
+        let Some(root_dir) = inst.loaded.as_ref().and_then(|l| l.spec.manifest.roots.get(root)) else {
+            return;
+        };
+        let target =
+            if path.is_empty() || path == "." { root_dir.path.clone() } else { root_dir.path.join(path) };
+        inst.drift.forget_under(&target);
+        let file = file.clone();
+        if !inst.running {
+            self.arm_drift(&file);
+        }
+    }
+
+    /// Read the drift queue and hand each event to its instance.
+    fn drain_drift(&mut self) {
+        let now = Instant::now();
+        for seen in self.drift.drain() {
+            match seen {
+                Seen::Path { instance, target, path } => {
+                    if let Some(inst) = self.instances.get_mut(&instance)
+                        && inst.drift_config().mode != DriftMode::Off
+                    {
+                        inst.drift.seen(target, path, inst.running, now);
+                    }
+                }
+                Seen::Overflow => {
+                    tracing::warn!(
+                        "the drift watch's queue overflowed: every watched target counts as changed"
+                    );
+                    for inst in self.instances.values_mut() {
+                        if inst.drift_config().mode != DriftMode::Off && !inst.drift.targets.is_empty() {
+                            inst.drift.overflowed(inst.running, now);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// After a run: the targets it wrote, what came during it (kept only
+    /// for targets it did not change), and its watches armed again on the
+    /// paths (an exchange moved the watched inodes aside).
+    fn after_run_drift(&mut self, file: &Path, report: &RunReport) {
+        let Some(inst) = self.instances.get_mut(file) else { return };
+        let Some(loaded) = inst.loaded.clone() else { return };
+        if loaded.spec.drift.mode == DriftMode::Off {
+            inst.drift.targets.clear();
+            inst.drift.clear_pending();
+            self.drift.arm(file, &BTreeMap::new());
+            return;
+        }
+        let changed = drift::apply_run(&loaded.spec.manifest, &report.operations, &mut inst.drift.targets);
+        inst.drift.run_ended(&changed, Instant::now());
+        self.arm_drift(file);
+    }
+
+    /// Arm `file`'s drift watch on its targets now.
+    fn arm_drift(&mut self, file: &Path) {
+        let Some(inst) = self.instances.get_mut(file) else { return };
+        let missed = self.drift.arm(file, &inst.drift.targets);
+        if missed > 0 && inst.drift.unwatched == 0 {
+            tracing::warn!(
+                instance = %inst.label,
+                "{missed} directories of its targets are not watched for drift (over {} per instance, or refused by the kernel); \
+                 changes there are seen at its next run",
+                drift::MAX_WATCHED_DIRS
+            );
+        }
+        inst.drift.unwatched = missed;
+        if !inst.drift.targets.is_empty() {
+            self.metrics.drift_watched(&inst.label);
+        }
+    }
+
+    /// Report the drift whose time has come; repair it (run the instance,
+    /// at most once per `min_gap`) or, for `report`, arm the watch again
+    /// (a directory someone created is watched from now on).
+    fn report_drift(&mut self, now: Instant) {
+        let files: Vec<PathBuf> = self
+            .instances
+            .values()
+            .filter(|i| i.drift.report_at(&i.drift_config()).is_some_and(|t| t <= now))
+            .map(|i| i.file.clone())
+            .collect();
+        for file in &files {
+            let Some(inst) = self.instances.get_mut(file) else { continue };
+            let cfg = inst.drift_config();
+            let Some((paths, more)) = inst.drift.take_due(&cfg, now) else { continue };
+            let list = drift::list_paths(&paths, more);
+            let label = inst.label.clone();
+            match cfg.mode {
+                DriftMode::Repair => {
+                    tracing::warn!(instance = %label, "drift: changed by something other than durasync, repairing: {list}");
+                    let at = inst.drift.last_drift_run.map_or(now, |t| (t + cfg.min_gap).max(now));
+                    if inst.running {
+                        inst.rerun = Some(Trigger::Drift);
+                    } else if inst.due.is_none_or(|(t, _)| t > at) {
+                        inst.due = Some((at, Trigger::Drift));
+                    }
+                }
+                DriftMode::Report => {
+                    tracing::warn!(instance = %label, "drift: changed by something other than durasync (reported only): {list}");
+                    if !inst.running {
+                        self.arm_drift(file);
+                    }
+                }
+                DriftMode::Off => {}
+            }
+            self.metrics.drift_seen(&label);
+        }
+        if !files.is_empty() {
+            self.refresh();
+        }
     }
 
     /// An inotify event: a manifest changed (reload soon) or an input file
@@ -571,35 +820,104 @@ impl Daemon {
     }
 }
 
-/// A random delay in `[0, max)`, from the kernel's random source.
+/// The roots in which `report`'s operations changed something.
+fn changed_roots(report: &RunReport) -> BTreeSet<String> {
+    use crate::services::Ended;
+    report
+        .operations
+        .iter()
+        .filter(|o| matches!(o.outcome, Ended::Created | Ended::Replaced | Ended::Removed | Ended::Exchanged))
+        .map(|o| o.root.clone())
+        .collect()
+}
+
 /// Open an instance's ledger of owed actions and start its action thread
 /// (retries back off like its runs).
 fn start_actions(
     opts: &Options,
     metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+    tx: SyncSender<Event>,
     name: &str,
     schedule: config::Schedule,
 ) -> super::Actions {
     struct Observe {
         metrics: Arc<Metrics>,
+        health: Arc<Health>,
         instance: String,
     }
     impl Observer for Observe {
-        fn finished(&self, action: &str, result: &str) {
+        fn finished(&self, action: &str, result: &str, problem: Option<&str>) {
+            // `/readyz` first, then the counter (as for runs: whoever reads
+            // the counter finds `/readyz` already saying how it ended).
+            self.health.set_action_problem(&self.instance, action, problem);
             self.metrics.action_finished(&self.instance, action, result);
+        }
+        fn dropped(&self, action: &str) {
+            self.health.set_action_problem(&self.instance, action, None);
         }
         fn owed(&self, n: usize) {
             self.metrics.set_actions_owed(&self.instance, n);
         }
     }
     let ledger = Arc::new(Ledger::open(&opts.state_dir.join("actions"), name).map_err(|e| e.to_string())?);
-    let observer = Arc::new(Observe { metrics: metrics.clone(), instance: name.to_owned() });
+    let observer =
+        Arc::new(Observe { metrics: metrics.clone(), health: health.clone(), instance: name.to_owned() });
     let retry = (schedule.backoff_min, schedule.backoff_max);
     let runner = Runner::start(name, ledger.clone(), retry, observer)
         .map_err(|e| format!("cannot start the action thread: {e}"))?;
-    Ok((ledger, runner))
+    let observer = Arc::new(ObserveProbes {
+        metrics: metrics.clone(),
+        health: health.clone(),
+        instance: name.to_owned(),
+        tx,
+    });
+    metrics.set_probations_open(name, ledger.probations().len());
+    let prober = Prober::start(name, ledger.clone(), runner.clone(), observer)
+        .map_err(|e| format!("cannot start the probing thread: {e}"))?;
+    Ok((ledger, runner, prober))
 }
 
+/// A prober's news: metrics, `/readyz`, (in the prober) the log, and to
+/// the loop a revert, so its drift watch knows the change for its own.
+struct ObserveProbes {
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    instance: String,
+    tx: SyncSender<Event>,
+}
+
+impl ProbeObserver for ObserveProbes {
+    fn attempted(&self, _rec: &ProbationRecord, result: Result<(), &str>) {
+        self.metrics.probe_attempted(&self.instance, if result.is_ok() { "ok" } else { "failed" });
+    }
+    fn passed(&self, _rec: &ProbationRecord) {
+        self.metrics.probation_ended(&self.instance, "passed");
+    }
+    fn reverted(&self, rec: &ProbationRecord, reverted: bool, _problem: &str) {
+        if reverted {
+            // Called right after the revert's commit: its events are in
+            // the drift queue already, and the loop (which never waits on
+            // a prober) drops them before they settle into a report.
+            let _ = self.tx.send(Event::Reverted {
+                instance: self.instance.clone(),
+                root: rec.root.clone(),
+                path: rec.path.clone(),
+            });
+        }
+        self.metrics.probation_ended(&self.instance, if reverted { "reverted" } else { "failed" });
+    }
+    fn revert_failed(&self, _rec: &ProbationRecord, _error: &str) {
+        self.metrics.probation_ended(&self.instance, "revert_failed");
+    }
+    fn state(&self, problem: Option<String>, open: usize) {
+        // `/readyz` first, then the gauge (as for runs).
+        self.health.set_probation_problem(&self.instance, problem.as_deref());
+        self.metrics.set_probations_open(&self.instance, open);
+    }
+}
+
+/// A random delay in `[0, max)`, from the kernel's random source.
 fn jitter(max: Duration) -> Duration {
     let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
     if nanos == 0 {

@@ -2,6 +2,7 @@
 //! success, or a list of the instances that are not, each with its problem.
 //! And what `/healthz` answers: whether the agent's loop is turning.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +37,13 @@ pub const LOOP_STALL: Duration = Duration::from_secs(20);
 #[derive(Debug)]
 pub struct Health {
     instances: Mutex<Vec<InstanceHealth>>,
+    /// Owed actions whose last attempt failed, by (instance, action): set
+    /// by the action threads, cleared when the action succeeds. An
+    /// instance with one is not ready (its change is not fully applied).
+    actions: Mutex<BTreeMap<(String, String), String>>,
+    /// Per instance, its changes on probation or reverted since their last
+    /// good change (set by the probing threads): not ready meanwhile.
+    probations: Mutex<BTreeMap<String, String>>,
     /// When this state was made; beats are counted from it.
     born: Instant,
     /// Milliseconds from `born` to the loop's last turn.
@@ -44,7 +52,13 @@ pub struct Health {
 
 impl Default for Health {
     fn default() -> Self {
-        Health { instances: Mutex::default(), born: Instant::now(), beat_ms: AtomicU64::new(0) }
+        Health {
+            instances: Mutex::default(),
+            actions: Mutex::default(),
+            probations: Mutex::default(),
+            born: Instant::now(),
+            beat_ms: AtomicU64::new(0),
+        }
     }
 }
 
@@ -81,9 +95,45 @@ impl Health {
         *self.instances.lock().unwrap_or_else(|p| p.into_inner()) = instances;
     }
 
+    /// The last attempt of `instance`'s owed action `action` failed with
+    /// `problem`, or (`None`) it succeeded or was dropped.
+    pub fn set_action_problem(&self, instance: &str, action: &str, problem: Option<&str>) {
+        let mut actions = self.actions.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (instance.to_owned(), action.to_owned());
+        match problem {
+            Some(p) => actions.insert(key, p.to_owned()),
+            None => actions.remove(&key),
+        };
+    }
+
+    /// What `instance`'s probations keep it from being ready (changes on
+    /// probation, a revert since the last good change), or `None`.
+    pub fn set_probation_problem(&self, instance: &str, problem: Option<&str>) {
+        let mut probations = self.probations.lock().unwrap_or_else(|p| p.into_inner());
+        match problem {
+            Some(p) => probations.insert(instance.to_owned(), p.to_owned()),
+            None => probations.remove(instance),
+        };
+    }
+
     /// Whether every instance is ready, and the JSON body of `/readyz`.
     pub fn readiness(&self) -> (bool, String) {
-        let instances = self.instances.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut instances = self.instances.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let actions = self.actions.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for i in instances.iter_mut().filter(|i| i.problem.is_none()) {
+            let failed: Vec<String> = actions
+                .iter()
+                .filter(|((inst, _), _)| *inst == i.instance)
+                .map(|((_, action), p)| format!("action {action} failed: {p}"))
+                .collect();
+            if !failed.is_empty() {
+                i.problem = Some(failed.join("; "));
+            }
+        }
+        let probations = self.probations.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for i in instances.iter_mut().filter(|i| i.problem.is_none()) {
+            i.problem = probations.get(&i.instance).cloned();
+        }
         let ready = instances.iter().all(|i| i.problem.is_none());
         let not_ready: Vec<&InstanceHealth> = instances.iter().filter(|i| i.problem.is_some()).collect();
         let body = serde_json::json!({
@@ -135,5 +185,21 @@ mod tests {
         assert_eq!(v["not_ready"][0]["instance"], "b");
         assert_eq!(v["not_ready"][0]["problem"], "reload failed: sha256");
         assert_eq!(v["instances"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_instance_whose_owed_action_failed_is_not_ready_until_it_succeeds() {
+        let h = Health::default();
+        h.set(vec![health("a", None), health("b", None)]);
+        h.set_action_problem("a", "reload", Some("SIGHUP to pid 7 failed: No such process"));
+        let (ready, body) = h.readiness();
+        assert!(!ready);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v["not_ready"][0]["problem"],
+            "action reload failed: SIGHUP to pid 7 failed: No such process"
+        );
+        h.set_action_problem("a", "reload", None);
+        assert!(h.readiness().0);
     }
 }

@@ -1,4 +1,4 @@
-//! `/metrics`, `/healthz` and `/readyz` over HTTP (`tiny_http`), on a
+//! `/metrics`, `/healthz`, `/readyz` and `/status` over HTTP (`tiny_http`), on a
 //! thread of their own so a slow scraper never delays a run.
 
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use tiny_http::{Header, Method, Response, Server};
 use super::Error;
 use super::health::Health;
 use super::metrics::{self, Metrics};
+use super::status::Board;
 
 /// The running server; dropping it stops it.
 pub struct MetricsServer {
@@ -23,7 +24,12 @@ fn header(name: &str, value: &str) -> Header {
 
 impl MetricsServer {
     /// Listen on `addr` (`127.0.0.1:9464`, `[::1]:0`, …) and serve.
-    pub fn start(addr: &str, metrics: Arc<Metrics>, health: Arc<Health>) -> Result<MetricsServer, Error> {
+    pub fn start(
+        addr: &str,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        status: Arc<Board>,
+    ) -> Result<MetricsServer, Error> {
         let server =
             Server::http(addr).map_err(|e| Error::Serve { addr: addr.to_owned(), reason: e.to_string() })?;
         let bound = server.server_addr().to_string();
@@ -52,7 +58,9 @@ impl MetricsServer {
                                 .with_status_code(if ready { 200 } else { 503 })
                                 .with_header(header("Content-Type", "application/json"))
                         }
-                        _ => Response::from_string("not found: try /metrics, /healthz or /readyz\n")
+                        "/status" => Response::from_string(status.json() + "\n")
+                            .with_header(header("Content-Type", "application/json")),
+                        _ => Response::from_string("not found: try /metrics, /healthz, /readyz or /status\n")
                             .with_status_code(404),
                     }
                 };

@@ -5,11 +5,10 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::config::Input;
-use crate::process::{kill_group, wait_until};
+use crate::process::{Ended, supervise};
 
 /// The largest input the agent hands a plugin. A `kubectl get -o json` of a
 /// namespace's configmaps and secrets is well under a MiB; anything this
@@ -103,50 +102,33 @@ fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, InputError
         .process_group(0)
         .spawn()
         .map_err(|e| InputError::Spawn { program: program.clone(), source: e })?;
-    let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().expect("piped");
-    let stderr = child.stderr.take().expect("piped");
-    let out_tx = tx.clone();
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let r = stdout.take(MAX_INPUT_BYTES + 1).read_to_end(&mut buf).map(|_| buf);
-        let _ = out_tx.send((true, r));
-    });
-    std::thread::spawn(move || {
-        let r = drain_head_tail(stderr, MAX_STDERR_BYTES);
-        let _ = tx.send((false, r));
-    });
-    let (mut out, mut err) = (None, None);
-    while out.is_none() || err.is_none() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((true, r)) => out = Some(r),
-            Ok((false, r)) => err = Some(r),
-            Err(_) => {
-                kill_group(&mut child);
-                return Err(InputError::Timeout { program, ms: timeout.as_millis() });
-            }
+    let stdout: std::os::fd::OwnedFd = child.stdout.take().expect("piped").into();
+    let stderr: std::os::fd::OwnedFd = child.stderr.take().expect("piped").into();
+    // Its own exit decides: a process it left holding a pipe is not waited
+    // for past a short grace, and is killed with its group (process.rs).
+    let mut out = Vec::new();
+    let mut err = HeadTail::new(MAX_STDERR_BYTES);
+    let ended = supervise(&mut child, vec![stdout, stderr], deadline, &mut |i, bytes| {
+        if i == 0 {
+            out.extend_from_slice(bytes);
+            out.len() as u64 <= MAX_INPUT_BYTES
+        } else {
+            err.push(bytes);
+            true
         }
-        if let Some(Ok(o)) = &out
-            && o.len() as u64 > MAX_INPUT_BYTES
-        {
-            kill_group(&mut child);
-            return Err(InputError::TooLarge { what: format!("from command {program}") });
-        }
-    }
-    // Both pipes are closed; the process itself may still be exiting.
-    let status = match wait_until(&mut child, deadline) {
-        Ok(Some(status)) => status,
-        Ok(None) => return Err(InputError::Timeout { program, ms: timeout.as_millis() }),
+    });
+    let status = match ended {
+        Ok(Ended::Exited(status)) => status,
+        Ok(Ended::Stopped) => return Err(InputError::TooLarge { what: format!("from command {program}") }),
+        Ok(Ended::TimedOut) => return Err(InputError::Timeout { program, ms: timeout.as_millis() }),
         Err(e) => return Err(InputError::Spawn { program, source: e }),
     };
-    let stdout =
-        out.expect("received").map_err(|e| InputError::Spawn { program: program.clone(), source: e })?;
     if !status.success() {
-        let text = err.and_then(Result::ok).map(|b| String::from_utf8_lossy(&b).trim().to_owned());
-        let stderr = match text {
-            Some(t) if !t.is_empty() => format!(": {}", t.replace('\n', " | ")),
-            _ => String::new(),
+        let text = err.into_bytes();
+        let text = String::from_utf8_lossy(&text);
+        let stderr = match text.trim() {
+            "" => String::new(),
+            t => format!(": {}", t.replace('\n', " | ")),
         };
         let status = match status.code() {
             Some(code) => format!("exited with status {code}"),
@@ -154,42 +136,55 @@ fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, InputError
         };
         return Err(InputError::Failed { program, status, stderr });
     }
-    Ok(stdout)
+    Ok(out)
 }
 
-/// Read `from` to its end, keeping its first `keep` bytes and its last
-/// `keep` bytes; what lies between is replaced by a note of its size.
-/// Memory stays bounded by `2 * keep` plus one read buffer whatever the
-/// writer sends.
-fn drain_head_tail(mut from: impl Read, keep: usize) -> std::io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(keep);
-    let mut tail = std::collections::VecDeque::with_capacity(keep);
-    let mut dropped = 0u64;
-    let mut buf = [0u8; 8192];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let mut chunk = &buf[..n];
-        let to_head = chunk.len().min(keep - head.len());
-        head.extend_from_slice(&chunk[..to_head]);
+/// The first `keep` bytes and the last `keep` bytes of what was pushed;
+/// what lies between is replaced by a note of its size. Memory stays
+/// bounded by `2 * keep` whatever the writer sends.
+struct HeadTail {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    keep: usize,
+    dropped: u64,
+}
+
+impl HeadTail {
+    fn new(keep: usize) -> HeadTail {
+        HeadTail { head: Vec::with_capacity(keep), tail: Default::default(), keep, dropped: 0 }
+    }
+
+    fn push(&mut self, mut chunk: &[u8]) {
+        let to_head = chunk.len().min(self.keep - self.head.len());
+        self.head.extend_from_slice(&chunk[..to_head]);
         chunk = &chunk[to_head..];
         for &b in chunk {
-            if tail.len() == keep {
-                tail.pop_front();
-                dropped += 1;
+            // Push, then drop past `keep` (popping first at `len == keep`
+            // never popped for `keep == 0`: everything was kept).
+            self.tail.push_back(b);
+            if self.tail.len() > self.keep {
+                self.tail.pop_front();
+                self.dropped += 1;
             }
-            tail.push_back(b);
         }
     }
-    if dropped > 0 {
-        head.extend_from_slice(format!(" [... {dropped} bytes ...] ").as_bytes());
+
+    fn into_bytes(self) -> Vec<u8> {
+        let mut out = self.head;
+        if self.dropped > 0 {
+            out.extend_from_slice(format!(" [... {} bytes ...] ", self.dropped).as_bytes());
+        }
+        out.extend(self.tail);
+        out
     }
-    head.extend(tail);
-    Ok(head)
+}
+
+/// The first `keep` and the last `keep` bytes of `bytes`, as a failing
+/// input command's stderr is kept (pushed in reads of any size).
+pub(crate) fn head_tail(bytes: &[u8], keep: usize) -> Vec<u8> {
+    let mut h = HeadTail::new(keep);
+    bytes.chunks(8192).for_each(|c| h.push(c));
+    h.into_bytes()
 }
 
 #[cfg(test)]
@@ -240,10 +235,30 @@ mod tests {
 
     #[test]
     fn head_and_tail_keep_everything_when_it_fits() {
-        assert_eq!(drain_head_tail(&b"short"[..], 4).unwrap(), b"short");
+        let kept = |bytes: &[u8], keep| {
+            let mut h = HeadTail::new(keep);
+            bytes.chunks(7).for_each(|c| h.push(c));
+            h.into_bytes()
+        };
+        assert_eq!(kept(b"short", 4), b"short");
         let long: Vec<u8> = (0..100u8).collect();
-        let kept = drain_head_tail(&long[..], 10).unwrap();
+        let kept = kept(&long, 10);
         assert!(kept.starts_with(&long[..10]) && kept.ends_with(&long[90..]), "{kept:?}");
+    }
+
+    #[test]
+    fn a_command_that_leaves_a_process_holding_its_output_gives_what_it_wrote_at_its_exit() {
+        let start = Instant::now();
+        let got = read(&cmd(&["sh", "-c", "sleep 30 & printf '{}'"], 20_000)).unwrap();
+        assert_eq!(got, b"{}");
+        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn keeping_no_bytes_keeps_only_the_note() {
+        // Found by the fuzz target `input`: with `keep == 0` the tail kept everything.
+        assert_eq!(head_tail(b"abcdef", 0), b" [... 6 bytes ...] ");
+        assert_eq!(head_tail(b"abcdef", 1), b"a [... 4 bytes ...] f");
     }
 
     #[test]

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::config::Input;
+use super::config::{Drift, Input};
 use super::health::InstanceHealth;
 use super::{Loaded, Options};
+use super::{drift, status};
 use crate::runtime::manifest::Component;
 use crate::services::LogRate;
 
@@ -27,6 +28,8 @@ pub enum Trigger {
     Reload,
     /// A retry after a failure.
     Retry,
+    /// A target it wrote was changed by something else (`drift = "repair"`).
+    Drift,
 }
 
 impl Trigger {
@@ -39,6 +42,7 @@ impl Trigger {
             Trigger::Config => "config",
             Trigger::Reload => "reload",
             Trigger::Retry => "retry",
+            Trigger::Drift => "drift",
         }
     }
 }
@@ -73,6 +77,15 @@ pub(super) struct Instance {
     /// Its OCI tag was just resolved again: the next interval run goes
     /// ahead without resolving it once more.
     pub(super) tag_checked: bool,
+    /// When its run in flight (or its last run) started, and why.
+    pub(super) run_started: Option<(Instant, Trigger)>,
+    /// Its drift watch.
+    pub(super) drift: drift::State,
+    /// The last run that ended, the last that committed, the last refusal
+    /// (for `/status`).
+    pub(super) last_run: Option<status::RunStatus>,
+    pub(super) last_commit: Option<status::CommitStatus>,
+    pub(super) last_refusal: Option<status::Refusal>,
 }
 
 impl Instance {
@@ -94,6 +107,55 @@ impl Instance {
             last_error: None,
             runs: 0,
             removed: false,
+            run_started: None,
+            drift: drift::State::default(),
+            last_run: None,
+            last_commit: None,
+            last_refusal: None,
+        }
+    }
+
+    /// Its drift settings (the default while it is not loaded).
+    pub(super) fn drift_config(&self) -> Drift {
+        self.loaded.as_ref().map(|l| l.spec.drift).unwrap_or_default()
+    }
+
+    /// What `/status` shows of it (the owed actions are filled in by the
+    /// board, from the ledger, when asked).
+    pub(super) fn status(&self) -> status::InstanceStatus {
+        let plugin = self.loaded.as_ref().map(|l| status::PluginStatus {
+            reference: l.spec.manifest.wasm.to_string(),
+            sha256: l.plugin.sha256.clone(),
+            manifest_digest: l.plugin.manifest_digest.clone(),
+            signed_by: l.plugin.signed_by.clone(),
+        });
+        let d = &self.drift;
+        let (last_paths, last_more, last_at) = match &d.last {
+            Some((paths, more, at)) => (paths.clone(), *more, Some(status::rfc3339(*at))),
+            None => (Vec::new(), 0, None),
+        };
+        status::InstanceStatus {
+            instance: self.label.clone(),
+            file: self.file.clone(),
+            problem: self.health().problem,
+            plugin,
+            last_run: self.last_run.clone(),
+            last_commit: self.last_commit.clone(),
+            owed_actions: Vec::new(),
+            drift: status::DriftStatus {
+                mode: self.drift_config().mode.as_str().to_owned(),
+                targets: d.targets.len(),
+                unwatched_dirs: d.unwatched,
+                seen: d.seen,
+                last_at,
+                last_paths,
+                last_more,
+                unrepaired: d.unrepaired.is_some(),
+            },
+            last_refusal: self.last_refusal.clone(),
+            // Filled from the ledger when asked, as the owed actions.
+            probations: Vec::new(),
+            failed_probes: Vec::new(),
         }
     }
 
@@ -125,6 +187,10 @@ impl Instance {
             )),
             (Some(_), None, Some(e)) => Some(format!("last run failed ({} in a row): {e}", self.failures)),
             (Some(_), None, None) if self.runs == 0 => Some("not run yet".to_owned()),
+            (Some(l), None, None) if l.spec.drift.readyz && self.drift.unrepaired.is_some() => {
+                let paths = self.drift.last.as_ref().map(|(p, more, _)| drift::list_paths(p, *more));
+                Some(format!("drift seen and not repaired yet: {}", paths.unwrap_or_default()))
+            }
             (Some(_), None, None) => None,
         };
         InstanceHealth {

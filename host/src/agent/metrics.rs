@@ -1,7 +1,7 @@
 //! The agent's Prometheus metrics (`prometheus-client`, OpenMetrics text).
 //!
-//! Every series is labelled by `instance` (the plugin's name) and at most
-//! one small enumerated label (`result`, `outcome`, `trigger`): no paths, no
+//! Every series is labelled by `durasync_instance` (the plugin's name) and
+//! at most one small enumerated label (`result`, `outcome`, `trigger`): no paths, no
 //! messages, so cardinality stays at a few series per instance.
 
 use std::sync::atomic::AtomicU64;
@@ -16,66 +16,66 @@ use prometheus_client::registry::Registry;
 /// The content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// `instance`.
+/// `durasync_instance`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InstanceLabel {
     /// The plugin's name.
-    pub instance: String,
+    pub durasync_instance: String,
 }
 
-/// `instance`, `result`.
+/// `durasync_instance`, `result`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     /// The plugin's name.
-    pub instance: String,
+    pub durasync_instance: String,
     /// One of [`RunResult::label`].
     pub result: String,
 }
 
-/// `instance`, `outcome`.
+/// `durasync_instance`, `outcome`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// The plugin's name.
-    pub instance: String,
+    pub durasync_instance: String,
     /// `created`, `replaced`, `unchanged`, `removed`, `failed`, ...
     pub outcome: String,
 }
 
-/// `instance`, `by`.
+/// `durasync_instance`, `by`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ByLabels {
     /// The plugin's name.
-    pub instance: String,
+    pub durasync_instance: String,
     /// Who refused a change (`validator NAME`, `guard min_files`): one of
     /// the manifest's own hooks, so the values are bounded by it.
     pub by: String,
 }
 
-/// `instance`, `action`, `result`.
+/// `durasync_instance`, `action`, `result`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
     /// The plugin's name.
-    pub instance: String,
+    pub durasync_instance: String,
     /// The action's name (one of the manifest's, so bounded by it).
     pub action: String,
     /// `ok`, `failed` or `timeout`.
     pub result: String,
 }
 
-/// `instance`, `trigger`.
+/// `durasync_instance`, `trigger`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TriggerLabels {
     /// The plugin's name.
-    pub instance: String,
-    /// Why the run started: `start`, `interval`, `input`, `config`, `reload` or `retry`.
+    pub durasync_instance: String,
+    /// Why the run started: `start`, `interval`, `input`, `config`, `reload`, `retry` or `drift`.
     pub trigger: String,
 }
 
-/// `instance`, `sha256`, `manifest_digest` (the info metric).
+/// `durasync_instance`, `sha256`, `manifest_digest` (the info metric).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InfoLabels {
     /// The plugin's name.
-    pub instance: String,
+    pub durasync_instance: String,
     /// The loaded component's sha256.
     pub sha256: String,
     /// The OCI manifest digest it was pulled by (empty for a local file).
@@ -99,7 +99,7 @@ impl<'a> Version<'a> {
 
     fn labels(self, instance: &str) -> InfoLabels {
         InfoLabels {
-            instance: instance.into(),
+            durasync_instance: instance.into(),
             sha256: self.sha256.into(),
             manifest_digest: self.manifest_digest.unwrap_or_default().into(),
         }
@@ -157,6 +157,11 @@ pub struct Metrics {
     rejections: Family<ByLabels, Counter>,
     actions: Family<ActionLabels, Counter>,
     actions_owed: Family<InstanceLabel, Gauge>,
+    probe_attempts: Family<ResultLabels, Counter>,
+    probations: Family<ResultLabels, Counter>,
+    probation_reverts: Family<InstanceLabel, Counter>,
+    probations_open: Family<InstanceLabel, Gauge>,
+    drift: Family<InstanceLabel, Counter>,
     instances: Gauge,
 }
 
@@ -191,6 +196,11 @@ impl Metrics {
             rejections: Family::default(),
             actions: Family::default(),
             actions_owed: Family::default(),
+            probe_attempts: Family::default(),
+            probations: Family::default(),
+            probation_reverts: Family::default(),
+            probations_open: Family::default(),
+            drift: Family::default(),
             instances: Gauge::default(),
             registry: Registry::default(),
         };
@@ -244,6 +254,31 @@ impl Metrics {
             "Actions owed by committed changes and not yet run successfully (the ledger)",
             m.actions_owed.clone(),
         );
+        registry.register(
+            "probe_attempts",
+            "Probe attempts on changes on probation, by result (ok, failed)",
+            m.probe_attempts.clone(),
+        );
+        registry.register(
+            "probations",
+            "Probations ended, by result (passed, reverted, failed: nothing to revert to, revert_failed: retried)",
+            m.probations.clone(),
+        );
+        registry.register(
+            "probation_reverts",
+            "Changes reverted to their previous tree because their probe failed within its window",
+            m.probation_reverts.clone(),
+        );
+        registry.register(
+            "probations_open",
+            "Changes on probation now (their previous tree kept)",
+            m.probations_open.clone(),
+        );
+        registry.register(
+            "drift",
+            "Reports of targets the instance wrote changed by something other than durasync (a burst is one)",
+            m.drift.clone(),
+        );
         registry.register("instances", "Instances loaded", m.instances.clone());
         Metrics { registry, ..m }
     }
@@ -258,15 +293,21 @@ impl Metrics {
         seconds: f64,
         ops: impl IntoIterator<Item = (&'a str, u32, u32, u64)>,
     ) {
-        let l = InstanceLabel { instance: instance.to_owned() };
+        let l = InstanceLabel { durasync_instance: instance.to_owned() };
         self.runs
-            .get_or_create(&ResultLabels { instance: l.instance.clone(), result: result.label().into() })
+            .get_or_create(&ResultLabels {
+                durasync_instance: l.durasync_instance.clone(),
+                result: result.label().into(),
+            })
             .inc();
         self.duration.get_or_create(&l).observe(seconds);
         let (mut written, mut removed, mut bytes) = (0u64, 0u64, 0u64);
         for (outcome, w, r, b) in ops {
             self.operations
-                .get_or_create(&OutcomeLabels { instance: l.instance.clone(), outcome: outcome.into() })
+                .get_or_create(&OutcomeLabels {
+                    durasync_instance: l.durasync_instance.clone(),
+                    outcome: outcome.into(),
+                })
                 .inc();
             written += u64::from(w);
             removed += u64::from(r);
@@ -284,7 +325,7 @@ impl Metrics {
     /// Record what started a run.
     pub fn triggered(&self, instance: &str, trigger: &str) {
         self.triggers
-            .get_or_create(&TriggerLabels { instance: instance.into(), trigger: trigger.into() })
+            .get_or_create(&TriggerLabels { durasync_instance: instance.into(), trigger: trigger.into() })
             .inc();
     }
 
@@ -303,29 +344,62 @@ impl Metrics {
 
     /// A change of a run was refused by `by` (a validator or guardrail).
     pub fn rejected(&self, instance: &str, by: &str) {
-        self.rejections.get_or_create(&ByLabels { instance: instance.into(), by: by.into() }).inc();
+        self.rejections.get_or_create(&ByLabels { durasync_instance: instance.into(), by: by.into() }).inc();
     }
 
     /// An action ended with `result`.
     pub fn action_finished(&self, instance: &str, action: &str, result: &str) {
-        let l = ActionLabels { instance: instance.into(), action: action.into(), result: result.into() };
+        let l =
+            ActionLabels { durasync_instance: instance.into(), action: action.into(), result: result.into() };
         self.actions.get_or_create(&l).inc();
     }
 
     /// `n` actions of `instance` are owed.
     pub fn set_actions_owed(&self, instance: &str, n: usize) {
-        let g = self.actions_owed.get_or_create(&InstanceLabel { instance: instance.into() });
+        let g = self.actions_owed.get_or_create(&InstanceLabel { durasync_instance: instance.into() });
         g.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A probe attempt ended with `result`.
+    pub fn probe_attempted(&self, instance: &str, result: &str) {
+        let l = ResultLabels { durasync_instance: instance.into(), result: result.into() };
+        self.probe_attempts.get_or_create(&l).inc();
+    }
+
+    /// A probation ended with `result` (`reverted` also counts a revert).
+    pub fn probation_ended(&self, instance: &str, result: &str) {
+        let l = ResultLabels { durasync_instance: instance.into(), result: result.into() };
+        self.probations.get_or_create(&l).inc();
+        if result == "reverted" {
+            self.probation_reverts.get_or_create(&InstanceLabel { durasync_instance: instance.into() }).inc();
+        }
+    }
+
+    /// `n` changes of `instance` are on probation.
+    pub fn set_probations_open(&self, instance: &str, n: usize) {
+        let g = self.probations_open.get_or_create(&InstanceLabel { durasync_instance: instance.into() });
+        g.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// `instance`'s targets are watched for drift: its series exists (at 0
+    /// until drift is seen).
+    pub fn drift_watched(&self, instance: &str) {
+        let _ = self.drift.get_or_create(&InstanceLabel { durasync_instance: instance.into() });
+    }
+
+    /// Drift of `instance` was reported.
+    pub fn drift_seen(&self, instance: &str) {
+        self.drift.get_or_create(&InstanceLabel { durasync_instance: instance.into() }).inc();
     }
 
     /// A manifest failed to load.
     pub fn reload_failed(&self, instance: &str) {
-        self.reload_failures.get_or_create(&InstanceLabel { instance: instance.into() }).inc();
+        self.reload_failures.get_or_create(&InstanceLabel { durasync_instance: instance.into() }).inc();
     }
 
     /// `n` more of an instance's log messages were dropped by its rate limit.
     pub fn log_dropped(&self, instance: &str, n: u64) {
-        self.log_dropped.get_or_create(&InstanceLabel { instance: instance.into() }).inc_by(n);
+        self.log_dropped.get_or_create(&InstanceLabel { durasync_instance: instance.into() }).inc_by(n);
     }
 
     /// The number of loaded instances.
@@ -356,14 +430,14 @@ mod tests {
         m.loaded("a", Version { sha256: "11ee", manifest_digest: Some("sha256:ab") }, Some(("a", old)));
         let text = m.encode();
         for line in [
-            "durasync_agent_runs_total{instance=\"a\",result=\"ok\"} 1",
-            "durasync_agent_runs_total{instance=\"a\",result=\"trap\"} 1",
-            "durasync_agent_operations_total{instance=\"a\",outcome=\"created\"} 1",
-            "durasync_agent_files_written_total{instance=\"a\"} 2",
-            "durasync_agent_files_removed_total{instance=\"a\"} 1",
-            "durasync_agent_bytes_written_total{instance=\"a\"} 300",
-            "durasync_agent_run_duration_seconds_count{instance=\"a\"} 2",
-            "durasync_agent_plugin_info{instance=\"a\",sha256=\"11ee\",manifest_digest=\"sha256:ab\"} 1",
+            "durasync_agent_runs_total{durasync_instance=\"a\",result=\"ok\"} 1",
+            "durasync_agent_runs_total{durasync_instance=\"a\",result=\"trap\"} 1",
+            "durasync_agent_operations_total{durasync_instance=\"a\",outcome=\"created\"} 1",
+            "durasync_agent_files_written_total{durasync_instance=\"a\"} 2",
+            "durasync_agent_files_removed_total{durasync_instance=\"a\"} 1",
+            "durasync_agent_bytes_written_total{durasync_instance=\"a\"} 300",
+            "durasync_agent_run_duration_seconds_count{durasync_instance=\"a\"} 2",
+            "durasync_agent_plugin_info{durasync_instance=\"a\",sha256=\"11ee\",manifest_digest=\"sha256:ab\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
         }

@@ -26,6 +26,7 @@
 
 pub mod config;
 mod daemon;
+mod drift;
 pub mod health;
 mod http;
 pub mod input;
@@ -33,6 +34,7 @@ mod instance;
 pub mod metrics;
 mod notify;
 mod reload;
+pub mod status;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -41,11 +43,12 @@ use std::time::{Duration, Instant};
 
 use crate::durable::Flush;
 use crate::hooks::actions::{Batch, Runner};
+use crate::hooks::probation::{ProbeBatch, Prober};
 use crate::hooks::{Ledger, RunHooks};
 use crate::runtime::{self, CacheConfig, ErrorKind, Operation, Plugin, RunRequest, Runtime};
 use crate::services::{Ended, LogRate};
 
-pub use config::{Input, Schedule, Spec};
+pub use config::{Drift, DriftMode, Input, Schedule, Spec};
 pub use daemon::run;
 pub use metrics::RunResult;
 
@@ -226,6 +229,16 @@ pub fn load(runtime: &Runtime, file: &Path, flush: Flush) -> (Option<String>, Re
     (Some(text), loaded)
 }
 
+/// Whether the manifest `file` names a component in a registry
+/// (`oci://`): its load waits for the network. A manifest that cannot be
+/// read or parsed says no (its load fails at once).
+pub(crate) fn pulls_from_registry(file: &Path) -> bool {
+    config::read_manifest(file)
+        .ok()
+        .and_then(|text| Spec::parse(&text, file).ok())
+        .is_some_and(|spec| matches!(spec.manifest.wasm, runtime::manifest::Component::Oci(_)))
+}
+
 /// How one run ended.
 #[derive(Debug, Clone)]
 pub struct RunReport {
@@ -278,9 +291,10 @@ impl RunReport {
     }
 }
 
-/// An instance's ledger of owed actions and its action thread (for a
-/// manifest that declares `[[action]]`), or why they could not be had.
-pub type Actions = Result<(Arc<Ledger>, Runner), String>;
+/// An instance's ledger (owed actions, probations), its action thread and
+/// its probing thread (for a manifest that declares `[[action]]` or
+/// `[[probe]]`), or why they could not be had.
+pub type Actions = Result<(Arc<Ledger>, Runner, Prober), String>;
 
 /// One run of a loaded instance: read its input, open its roots, call the
 /// plugin in a fresh store, its log volume also bounded by `log_rate`.
@@ -308,22 +322,35 @@ pub fn run_instance(loaded: &Loaded, log_rate: Option<Arc<LogRate>>, actions: Op
     };
     request.log_rate = log_rate;
     let manifest = &loaded.spec.manifest;
-    let owed = match actions.filter(|_| !manifest.hooks.actions.is_empty()) {
+    let owed = match actions.filter(|_| manifest.hooks.needs_ledger()) {
         None => None,
         Some(Err(e)) => return report(RunResult::IoError, format!("run skipped: {e}"), Vec::new()),
-        Some(Ok((ledger, runner))) => {
+        Some(Ok((ledger, runner, prober))) => {
             let hooks = Arc::new(RunHooks::of(manifest).with_ledger(ledger.clone()));
             request.hooks = Some(hooks.clone());
-            Some((hooks, ledger, runner))
+            Some((hooks, ledger, runner, prober))
         }
     };
+    // A run and a probation's revert never overlap (hooks/probation.rs).
+    let changes =
+        owed.as_ref().map(|(_, _, _, prober)| prober.changes().lock().unwrap_or_else(|p| p.into_inner()));
     let result = loaded.plugin.run(&request);
+    drop(changes);
     // After the run: every change it committed had its commit fsync return.
-    if let Some((hooks, ledger, runner)) = owed {
+    if let Some((hooks, ledger, runner, prober)) = owed {
         let names = hooks.take_committed();
         let all_owed = result.is_ok();
+        let actions = Arc::new(manifest.hooks.actions.clone());
         if !names.is_empty() || (all_owed && !ledger.is_empty()) {
-            runner.send(Batch { actions: Arc::new(manifest.hooks.actions.clone()), names, all_owed });
+            runner.send(Batch { actions: actions.clone(), names, all_owed });
+        }
+        if !manifest.hooks.probes.is_empty() || !ledger.probations().is_empty() {
+            let roots = manifest.roots.iter().map(|(n, r)| (n.clone(), r.path.clone())).collect();
+            prober.send(ProbeBatch {
+                probes: Arc::new(manifest.hooks.probes.clone()),
+                actions,
+                roots: Arc::new(roots),
+            });
         }
     }
     match result {
@@ -384,6 +411,11 @@ pub(crate) fn log_report(r: &RunReport) {
     }
 }
 
+/// What a one-shot run (`durasync run`, `agent --once`) says of a
+/// manifest's probes.
+pub const PROBES_SKIPPED: &str = "skipped: probation ([[probe]]): only `durasync agent` probes a change and keeps \
+     its previous tree; this run did not wait for a probe, and its changes are live unprobed";
+
 /// One summary per manifest of `--once`, in file order.
 #[derive(Debug)]
 pub struct OnceSummary {
@@ -391,6 +423,9 @@ pub struct OnceSummary {
     pub file: PathBuf,
     /// The run, or why the manifest did not load.
     pub outcome: Result<RunReport, String>,
+    /// What the run skipped (its manifest's probes and actions: `--once`
+    /// keeps no ledger).
+    pub skipped: Vec<String>,
 }
 
 impl OnceSummary {
@@ -401,10 +436,11 @@ impl OnceSummary {
 
     /// The line `--once` prints.
     pub fn line(&self) -> String {
-        match &self.outcome {
+        let line = match &self.outcome {
             Ok(r) => r.summary_line(),
             Err(e) => format!("failed {}: not loaded: {e}", self.file.display()),
-        }
+        };
+        self.skipped.iter().fold(line, |l, s| format!("{l}; {s}"))
     }
 }
 
@@ -461,11 +497,15 @@ pub fn run_once(opts: &Options) -> Result<Vec<OnceSummary>, Error> {
         .into_iter()
         .enumerate()
         .map(|(i, (file, l))| {
+            let skipped = match &l {
+                Ok(l) if !l.spec.manifest.hooks.probes.is_empty() => vec![PROBES_SKIPPED.to_owned()],
+                _ => Vec::new(),
+            };
             let outcome = match l {
                 Ok(_) => reports[i].take().unwrap_or_else(|| Err("the run's thread panicked".to_owned())),
                 Err(e) => Err(e),
             };
-            OnceSummary { file, outcome }
+            OnceSummary { file, outcome, skipped }
         })
         .collect();
     Ok(out)

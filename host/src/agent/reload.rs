@@ -47,6 +47,7 @@ impl Daemon {
                     self.metrics.unloaded(&inst.label, Version::of(&l.plugin));
                 }
                 self.instances.remove(&file);
+                self.drift.arm(&file, &BTreeMap::new());
             }
         }
         // Load what changed.
@@ -73,10 +74,41 @@ impl Daemon {
         self.refresh();
     }
 
-    /// Apply a batch of reloaded manifests: a failure keeps the previous
-    /// version; names stay unique.
+    /// Apply reloaded manifests as they come back from the loader: a
+    /// failure keeps the previous version; names stay unique.
+    ///
+    /// Each manifest is applied when it arrives, except one that takes a
+    /// name still held by another instance of the same dispatch that has
+    /// not been applied yet (two manifests swapping names in one edit):
+    /// that one waits for the dispatch's last manifest, and those that
+    /// waited are then decided together, as one batch.
     pub(super) fn apply_loaded(&mut self, batch: LoadBatch) {
-        let LoadBatch { force, refresh, attempts, .. } = batch;
+        let LoadBatch { force, refresh, last, attempts, .. } = batch;
+        let mut now = Vec::new();
+        for attempt in attempts {
+            let (file, _, result) = &attempt;
+            let in_flux = result.as_ref().is_ok_and(|l| {
+                self.instances.values().any(|i| {
+                    i.file != *file && i.loading && i.loaded.is_some() && i.label == l.spec.manifest.name
+                })
+            });
+            if in_flux { self.deferred_loads.push(attempt) } else { now.push(attempt) }
+        }
+        if !now.is_empty() {
+            self.apply_attempts(now, force, refresh);
+        }
+        if last {
+            let waited = std::mem::take(&mut self.deferred_loads);
+            if !waited.is_empty() {
+                self.apply_attempts(waited, force, refresh);
+            }
+        }
+        self.sync_watches();
+        self.refresh();
+    }
+
+    /// Decide `attempts` together (see [`Daemon::apply_loaded`]).
+    fn apply_attempts(&mut self, attempts: Vec<super::daemon::Attempt>, force: bool, refresh: bool) {
         // Names must stay unique: a name held by another file that keeps
         // its version, or wanted by two changed files, is refused.
         let mut wanted: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
@@ -148,7 +180,21 @@ impl Daemon {
                 }
                 Err(e) => {
                     self.metrics.reload_failed(&inst.label);
-                    if inst.loaded.is_some() {
+                    // A revocation of the very version running stops it: a
+                    // revoked plugin is not kept as "the last good version"
+                    // (a run in flight finishes; no new one starts).
+                    let running_revoked = revoked_digest(&e).is_some_and(|d| {
+                        inst.loaded.as_ref().is_some_and(|l| {
+                            l.plugin.manifest_digest.as_deref() == Some(d)
+                                || d.strip_prefix("sha256:") == Some(l.plugin.sha256.as_str())
+                        })
+                    });
+                    if running_revoked && let Some(l) = inst.loaded.take() {
+                        tracing::error!(instance = %inst.label, "its running version is revoked, stopped: {e}");
+                        self.metrics.unloaded(&inst.label, Version::of(&l.plugin));
+                        inst.due = None;
+                        inst.rerun = None;
+                    } else if inst.loaded.is_some() {
                         tracing::error!(instance = %inst.label, "reload failed, the previous version keeps running: {e}");
                     } else {
                         tracing::error!(instance = %inst.label, file = %file.display(), "not loaded: {e}");
@@ -160,8 +206,6 @@ impl Daemon {
                 }
             }
         }
-        self.sync_watches();
-        self.refresh();
     }
 
     /// Watch the config directory and every input file's directory.
@@ -179,6 +223,19 @@ impl Daemon {
     /// (and `READY=1` once every instance that loaded has run once).
     pub(super) fn refresh(&mut self) {
         let health: Vec<InstanceHealth> = self.instances.values().map(Instance::health).collect();
+        let statuses = self
+            .instances
+            .values()
+            .map(|i| {
+                let ledger = self
+                    .actions
+                    .get(&i.label)
+                    .and_then(|a| a.as_ref().as_ref().ok())
+                    .map(|(l, _, _)| l.clone());
+                (i.status(), ledger)
+            })
+            .collect();
+        self.status.set(statuses);
         let loaded = self.instances.values().filter(|i| i.loaded.is_some()).count();
         let failing = health.iter().filter(|h| h.problem.is_some()).count();
         self.metrics.set_instances(loaded);
@@ -200,5 +257,17 @@ impl Daemon {
         } else if self.ready_sent {
             self.notifier.status(&status);
         }
+    }
+}
+
+/// The digest a load was refused for because `[verify] revoked_digests`
+/// lists it.
+fn revoked_digest(e: &Error) -> Option<&str> {
+    match e {
+        Error::Runtime(crate::runtime::Error::Trust(crate::runtime::trust::Error::Revoked {
+            digest,
+            ..
+        })) => Some(digest),
+        _ => None,
     }
 }

@@ -113,7 +113,7 @@ fn once(opts: &Options) -> Result<()> {
 
 /// The agent's error, carrying its exit status: a runtime error maps as
 /// for `run`, duplicate names are a refusal (12), the rest I/O (1).
-fn into_anyhow(e: agent::Error) -> anyhow::Error {
+pub(super) fn into_anyhow(e: agent::Error) -> anyhow::Error {
     match e {
         agent::Error::Runtime(e) => anyhow::Error::new(e),
         e @ agent::Error::DuplicateName { .. } => {

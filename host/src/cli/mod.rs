@@ -7,6 +7,7 @@ pub mod harness;
 pub mod native;
 pub mod plugin;
 pub mod registry;
+pub mod status;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +26,8 @@ pub enum Command {
     Sync(native::SyncArgs),
     /// Replace one file atomically and durably.
     Write(native::WriteArgs),
+    /// Put back a target's previous contents, kept by `sync`/`write --keep-previous`.
+    Rollback(native::RollbackArgs),
     /// Remove durasync leftovers (staging, temporary files) after a crash.
     Recover(native::RecoverArgs),
     /// Run a sandboxed plugin once, as its manifest grants.
@@ -39,6 +42,8 @@ pub enum Command {
     Push(registry::PushArgs),
     /// Keep every plugin instance of a config directory in sync, continuously.
     Agent(agent::AgentArgs),
+    /// Show what a running agent holds (its `/status`): a table, or `--json`.
+    Status(status::StatusArgs),
     /// Serve a plugin's `fs` and `log` calls as JSON lines on stdio (the language shims' test harness).
     Harness(harness::HarnessArgs),
     /// Run a built plugin's golden cases (input, config, starting and expected trees) through the runtime.
@@ -73,6 +78,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Sync(args) => native::sync(args),
         Command::Write(args) => native::write(args),
+        Command::Rollback(args) => native::rollback(args),
         Command::Recover(args) => native::recover(args),
         Command::Run(args) => plugin::run(args),
         Command::Compile(args) => plugin::compile(args),
@@ -80,6 +86,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Pull(args) => registry::pull(args),
         Command::Push(args) => registry::push(args),
         Command::Agent(args) => agent::run(args),
+        Command::Status(args) => status::status(args),
         Command::Harness(args) => harness::harness(args),
         Command::Test(args) => golden::test(args),
     }

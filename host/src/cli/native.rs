@@ -1,4 +1,4 @@
-//! The native commands: `sync`, `write`, `recover`. No plugin involved;
+//! The native commands: `sync`, `write`, `rollback`, `recover`. No plugin involved;
 //! they drive the durable core directly, for scripts and for auditing it.
 
 use std::io::Read;
@@ -12,7 +12,7 @@ use serde_json::json;
 use durasync::durable::{self, Options, Report};
 use durasync::hooks::{Validator, validator_gate};
 
-/// `durasync sync TARGET --from SRC_DIR`
+/// `durasync sync TARGET --from SRC_DIR [--keep-previous]`, `durasync sync --to-previous TARGET`
 #[derive(Debug, Args)]
 pub struct SyncArgs {
     /// The directory to replace atomically (created if missing; its parent must exist).
@@ -20,8 +20,17 @@ pub struct SyncArgs {
     /// The directory whose regular files and subdirectories (bytes and
     /// permission bits) TARGET must hold exactly. Links, fifos and devices in
     /// it are refused.
-    #[arg(long = "from", value_name = "SRC_DIR")]
-    pub from: PathBuf,
+    #[arg(long = "from", value_name = "SRC_DIR", required_unless_present = "to_previous")]
+    pub from: Option<PathBuf>,
+    /// Keep the tree this sync replaces beside TARGET as its previous (an
+    /// older previous is removed), so `--to-previous` or `durasync rollback`
+    /// can put it back with one atomic exchange.
+    #[arg(long)]
+    pub keep_previous: bool,
+    /// Put TARGET's previous tree back instead of syncing (the same as
+    /// `durasync rollback TARGET`); exit status 3 when none is kept.
+    #[arg(long, conflicts_with_all = ["from", "keep_previous", "validate"])]
+    pub to_previous: bool,
     /// How the staged tree is made durable before the swap: `auto` picks
     /// `syncfs` or per-file `fsync` from the file system and its other dirty
     /// data; `syncfs` is refused (exit 5) where it cannot be trusted.
@@ -76,11 +85,34 @@ pub struct WriteArgs {
     /// file's mode, 0644 for a new file.
     #[arg(long, value_parser = parse_mode)]
     pub mode: Option<u32>,
+    /// Keep the file this write replaces beside FILE as its previous, for
+    /// `durasync rollback FILE`.
+    #[arg(long)]
+    pub keep_previous: bool,
     /// Print the result as a JSON object.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub validate: ValidateArgs,
+}
+
+/// `durasync rollback TARGET`
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The directory or file whose previous contents (kept by `sync
+    /// --keep-previous` or `write --keep-previous`, or by the agent while a
+    /// change is on probation) are put back, atomically and durably; exit
+    /// status 3 when none are kept. With `--manifest`: ROOT:PATH, a path
+    /// below one of the manifest's roots.
+    pub target: PathBuf,
+    /// The manifest naming ROOT (the agent's instance manifest); the
+    /// manifest's actions covering ROOT:PATH are run once after the revert
+    /// (the consumer reloads the old contents).
+    #[arg(long, value_name = "MANIFEST")]
+    pub manifest: Option<PathBuf>,
+    /// Print the result as a JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `durasync recover DIR`
@@ -104,18 +136,23 @@ pub fn parse_mode(s: &str) -> Result<u32, String> {
 }
 
 pub fn sync(args: &SyncArgs) -> Result<()> {
+    if args.to_previous {
+        return rollback(&RollbackArgs { target: args.target.clone(), manifest: None, json: args.json });
+    }
+    let Some(from) = &args.from else { bail!("--from SRC_DIR is required") };
     let validator = args.validate.validator();
     let (parent, name) = split_target(&args.target)?;
     let gate = validator.as_ref().map(|v| validator_gate(v, &parent, &name));
     let opts = Options {
         flush: args.flush,
         gate: gate.as_ref().map(|g| g as &dyn durable::Gate),
+        keep_previous: args.keep_previous,
         ..Options::default()
     };
-    let (src_parent, src_name) = split_target(&args.from)?;
+    let (src_parent, src_name) = split_target(from)?;
     let src_dir = open_dir(&src_parent)?;
     let parent_fd = open_dir(&parent)?;
-    let src_path = args.from.display().to_string();
+    let src_path = from.display().to_string();
     // Unchanged, as most runs of a periodic sync are: answered from the two
     // trees side by side, without reading the source into memory first.
     if let Some(report) = durable::sync_dir_unchanged_from(
@@ -130,7 +167,7 @@ pub fn sync(args: &SyncArgs) -> Result<()> {
         return Ok(());
     }
     let tree = durable::read_tree(src_dir.as_fd(), &src_name, &src_path, &opts.limits)
-        .with_context(|| format!("reading source {}", args.from.display()))?;
+        .with_context(|| format!("reading source {}", from.display()))?;
     let report = durable::sync_dir(parent_fd.as_fd(), &name, &tree, &opts)
         .with_context(|| format!("syncing {}", args.target.display()))?;
     print_report(&args.target, &report, args.json);
@@ -141,7 +178,11 @@ pub fn write(args: &WriteArgs) -> Result<()> {
     let validator = args.validate.validator();
     let (parent, name) = split_target(&args.file)?;
     let gate = validator.as_ref().map(|v| validator_gate(v, &parent, &name));
-    let opts = Options { gate: gate.as_ref().map(|g| g as &dyn durable::Gate), ..Options::default() };
+    let opts = Options {
+        gate: gate.as_ref().map(|g| g as &dyn durable::Gate),
+        keep_previous: args.keep_previous,
+        ..Options::default()
+    };
     let contents = if args.from == "-" {
         let mut buf = Vec::new();
         std::io::stdin().lock().read_to_end(&mut buf).context("reading standard input")?;
@@ -157,6 +198,63 @@ pub fn write(args: &WriteArgs) -> Result<()> {
     let report = durable::write_file(dir.as_fd(), &name, &contents, args.mode, &opts)
         .with_context(|| format!("writing {}", args.file.display()))?;
     print_report(&args.file, &report, args.json);
+    Ok(())
+}
+
+pub fn rollback(args: &RollbackArgs) -> Result<()> {
+    let Some(manifest) = &args.manifest else {
+        let (parent, name) = split_target(&args.target)?;
+        let parent_fd = open_dir(&parent)?;
+        let report = durable::revert(parent_fd.as_fd(), &name, &Options::default())
+            .with_context(|| format!("reverting {}", args.target.display()))?;
+        print_report(&args.target, &report, args.json);
+        return Ok(());
+    };
+    // A `durasync run` manifest or an agent's (its `[input]` and
+    // `[schedule]` are read and not used here).
+    let text = durasync::agent::config::read_manifest(manifest).map_err(super::agent::into_anyhow)?;
+    let m = durasync::agent::Spec::parse(&text, manifest).map_err(super::agent::into_anyhow)?.manifest;
+    let spec = args.target.to_string_lossy();
+    let usage = |why: String| anyhow::Error::new(super::exit::Status(super::exit::USAGE)).context(why);
+    let Some((root, path)) = spec.split_once(':') else {
+        return Err(usage(format!("{spec}: with --manifest, the target is ROOT:PATH")));
+    };
+    let Some(granted) = m.roots.get(root) else {
+        let names: Vec<&str> = m.roots.keys().map(String::as_str).collect();
+        return Err(usage(format!(
+            "{spec}: `{root}` is not a root of {} (roots: {})",
+            manifest.display(),
+            names.join(", ")
+        )));
+    };
+    durable::names::split_rel_path(path).map_err(|e| usage(format!("{spec}: {e}")))?;
+    let (parent, name) = durasync::hooks::probation::open_parent(&granted.path, path)
+        .with_context(|| format!("opening {spec}"))?;
+    let target = granted.path.join(path);
+    let report = durable::revert(parent.as_fd(), &name, &Options::default())
+        .with_context(|| format!("reverting {spec} ({})", target.display()))?;
+    print_report(&target, &report, args.json);
+    // After the revert's commit point: the consumer reloads the old contents.
+    let mut failed = Vec::new();
+    for action in m
+        .hooks
+        .actions
+        .iter()
+        .filter(|a| a.root == root && durasync::hooks::pattern::may_cover_below(&a.path, path))
+    {
+        match durasync::hooks::actions::run_action(action) {
+            Ok(()) => eprintln!("action {} ran", action.name),
+            Err(f) => failed.push(format!("action {} {f}", action.name)),
+        }
+    }
+    if !m.hooks.probes.is_empty() {
+        eprintln!(
+            "note: an agent's probation of {spec}, if open, closes at its next attempt (its previous tree is gone)"
+        );
+    }
+    if !failed.is_empty() {
+        bail!("reverted, but {}", failed.join("; "));
+    }
     Ok(())
 }
 

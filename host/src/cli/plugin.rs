@@ -120,6 +120,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             "the manifest's [[action]]s are run by `durasync agent` only (it keeps their ledger); not run here"
         );
     }
+    let skipped_probes = !args.dry_run && !manifest.hooks.probes.is_empty();
     let request = RunRequest::from_manifest(&manifest, input, args.dry_run)?;
     let runtime = runtime_with(&cache, &args.tls)?;
     let plugin = runtime.load_manifest(&manifest)?;
@@ -134,6 +135,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     "dry_run": args.dry_run,
                     "operations": outcome.operations,
                     "would_run": would_run,
+                    "skipped": if skipped_probes { vec![durasync::agent::PROBES_SKIPPED] } else { Vec::new() },
                 });
                 println!("{}", escape_json_c1(&v.to_string()));
             } else {
@@ -142,6 +144,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 }
                 println!("{}", escape_lines(&outcome.result, RESULT_INDENT));
                 print_operations(&outcome.operations);
+                if skipped_probes {
+                    println!("{}", durasync::agent::PROBES_SKIPPED);
+                }
                 if args.dry_run {
                     for w in would_run(&manifest, &outcome.operations) {
                         let field = |k: &str| escape_all(w[k].as_str().unwrap_or_default());
@@ -230,11 +235,14 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
     let manifest = if is_manifest { Some(Manifest::load(&args.target)?) } else { None };
     let mut problems = Vec::new();
     let mut manifest_digest = None;
+    // Who signed the component, when its signatures were verified.
+    let mut signed_by = None;
     let (wasm_path, wasm) = match manifest.as_ref().map(|m| &m.wasm) {
         Some(Component::Oci(_)) => {
             let m = manifest.as_ref().expect("matched");
             let fetched = runtime_with(&CacheConfig::Default, &args.tls)?.read_component(m)?;
             manifest_digest = fetched.manifest_digest;
+            signed_by = fetched.signed_by;
             (m.wasm.to_string(), fetched.bytes)
         }
         Some(Component::File(path)) => {
@@ -249,6 +257,7 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
                 trust::verified_component(runtime.registry()?, &r, &policy).map_err(runtime::Error::from)?;
             let bytes = v.read().map_err(runtime::Error::from)?;
             manifest_digest = Some(v.manifest_digest);
+            signed_by = v.signed_by;
             (r.to_string(), bytes)
         }
         None => {
@@ -287,6 +296,7 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
             "file": wasm_path,
             "sha256": sha256,
             "manifest_digest": manifest_digest,
+            "signed_by": signed_by,
             "wit_version": version,
             "imports": interface.imports,
             "exports": interface.exports,
@@ -302,6 +312,9 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
         println!("sha256:      {sha256}");
         if let Some(d) = &manifest_digest {
             println!("manifest:    {d}");
+        }
+        if let Some(who) = &signed_by {
+            println!("signed by:   {}", escape_all(who));
         }
         println!("wit version: durasync:plugin@{version}");
         println!("imports:");

@@ -28,6 +28,10 @@ pub struct TlsArgs {
     /// Repeatable; adds to DURASYNC_INSECURE_REGISTRIES (comma-separated).
     #[arg(long = "insecure-registry", value_name = "HOST")]
     pub insecure_registries: Vec<String>,
+    /// The longest a whole pull from a registry may take, in seconds (every request, retry and
+    /// redirect of it; an agent's instance stays `loading` no longer). Default: 300.
+    #[arg(long = "registry-deadline", value_name = "SECONDS")]
+    pub registry_deadline: Option<u64>,
 }
 
 impl TlsArgs {
@@ -37,6 +41,9 @@ impl TlsArgs {
     pub fn apply(&self, mut settings: Settings) -> Result<Settings> {
         settings.ca_files.extend(self.registry_ca.iter().cloned());
         settings.insecure.extend(self.insecure_registries.iter().cloned());
+        if let Some(secs) = self.registry_deadline {
+            settings.deadline = Duration::from_secs(secs.max(1));
+        }
         distribution::tls::extra_roots(&settings.ca_files)?;
         Ok(settings)
     }
@@ -45,7 +52,8 @@ impl TlsArgs {
 /// How a registry is reached (shared by `pull` and `push`).
 #[derive(Debug, Args, Clone)]
 pub struct RegistryArgs {
-    /// Timeout of each request, in seconds (a transfer that stalls longer fails the attempt).
+    /// Timeout of each request, in seconds: a transfer that stalls longer fails the attempt, and a
+    /// manifest or token request must complete within it (a blob, within --registry-deadline).
     #[arg(long, value_name = "SECONDS", default_value_t = distribution::DEFAULT_TIMEOUT.as_secs())]
     pub timeout: u64,
     /// Attempts per request (connection failures, timeouts, 5xx, 429), with exponential back-off.
@@ -88,6 +96,25 @@ pub struct PullArgs {
     /// by one of the keys given.
     #[arg(long = "key", value_name = "FILE")]
     pub keys: Vec<PathBuf>,
+    /// Sigstore's trusted root (`trusted_root.json`): keyless bundles are
+    /// verified against its CAs and logs, offline.
+    #[arg(long = "trusted-root", value_name = "FILE")]
+    pub trusted_root: Option<PathBuf>,
+    /// The OIDC issuer a keyless signer's certificate must name (with
+    /// --certificate-identity or --certificate-identity-regexp; cosign's flags).
+    #[arg(long = "certificate-oidc-issuer", value_name = "URL", requires = "trusted_root")]
+    pub issuer: Option<String>,
+    /// The signer's identity (the certificate's SAN URI or email), exactly.
+    #[arg(long = "certificate-identity", value_name = "SUBJECT", requires = "issuer")]
+    pub subject: Option<String>,
+    /// A regular expression the signer's identity must match (unanchored: use `^…$`).
+    #[arg(
+        long = "certificate-identity-regexp",
+        value_name = "REGEX",
+        requires = "issuer",
+        conflicts_with = "subject"
+    )]
+    pub subject_regex: Option<String>,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -124,7 +151,17 @@ pub fn key_policy(keys: &[PathBuf]) -> Result<Policy> {
 
 pub fn pull(args: &PullArgs) -> Result<()> {
     let r = reference(&args.reference)?;
-    let policy = key_policy(&args.keys)?;
+    let mut policy = key_policy(&args.keys)?;
+    let refuse = |why: String| anyhow::Error::new(exit::Status(exit::POLICY)).context(why);
+    if let Some(path) = &args.trusted_root {
+        let root = trust::TrustedRoot::read(path).map_err(|w| refuse(format!("--trusted-root {w}")))?;
+        policy.trusted_root = Some(std::sync::Arc::new(root));
+    }
+    if let Some(issuer) = &args.issuer {
+        let identity = trust::Identity::new(issuer, args.subject.as_deref(), args.subject_regex.as_deref())
+            .map_err(|w| refuse(format!("--certificate-identity: {w}")))?;
+        policy.identities.push(identity);
+    }
     let registry =
         Registry::new(args.registry.settings()?).map_err(trust::Error::from).map_err(runtime::Error::from)?;
     let v = trust::fetch_component(&registry, &r, &policy).map_err(runtime::Error::from)?;

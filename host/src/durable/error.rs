@@ -120,6 +120,13 @@ pub enum Error {
         /// The path.
         path: String,
     },
+    /// A revert was asked for a target that has no valid previous contents
+    /// (none was kept, or it was reverted to or discarded already).
+    #[error("{path}: no previous contents are kept; nothing was changed")]
+    NoPrevious {
+        /// The target.
+        path: String,
+    },
     /// A source tree holds something that is neither a regular file nor a
     /// directory (a symlink, a fifo, a device, a socket).
     #[error("{path}: is a {kind}; only regular files and directories can be synced")]
@@ -259,6 +266,7 @@ impl Error {
                 | Error::NotADirectory { .. }
                 | Error::NotAFile { .. }
                 | Error::Symlink { .. }
+                | Error::NoPrevious { .. }
                 | Error::UnsupportedEntry { .. }
                 | Error::Limit { .. }
                 | Error::TooLarge { .. }

@@ -4,7 +4,9 @@
 //!
 //! One file per operation:
 //! [`sync`](mod@sync) (directory sync), [`write`](mod@write) (single file),
-//! [`remove`](mod@remove), [`recover`](mod@recover), [`primitives`] (raw exchange and fsync), [`read`];
+//! [`remove`](mod@remove), [`recover`](mod@recover), [`previous`] (keeping
+//! the previous contents of a target, reverting to them), [`primitives`]
+//! (raw exchange and fsync), [`read`];
 //! and the pieces they share: [`names`] (path rules), [`tree`] (what a sync
 //! writes), [`walk`] (reading trees on disk), [`diff`] (comparing a tree
 //! with a directory), [`resolve`] (paths beneath a handle), `lock`
@@ -41,6 +43,10 @@
 //! - After "committed, durability unknown" the target is marked beside it
 //!   (`.durasync-unsynced-…`) until a later operation's commit fsync
 //!   returned: a retry, in any process, rewrites it from fresh inodes.
+//! - A sync or write asked to keep ([`Options::keep_previous`]) leaves the
+//!   replaced contents beside the target under a self-describing name
+//!   (`.durasync-keep.<inode>.<target>`), so [`revert`] is one exchange;
+//!   such a sync never takes the one-file path (see [`previous`]).
 //! - Every walk and removal is iterative with a bounded number of open fds,
 //!   so trees of any depth are handled; durasync creates at most
 //!   [`MAX_DEPTH`] levels below an anchor.
@@ -54,6 +60,7 @@ mod lock;
 mod marker;
 pub mod names;
 mod parallel;
+pub mod previous;
 pub mod primitives;
 pub mod probe;
 pub mod read;
@@ -73,6 +80,7 @@ pub use error::{Error, Result, Step};
 pub use flush::Flush;
 pub use gate::{Gate, Refusal, Staged, StagedKind};
 pub use names::MAX_DEPTH;
+pub use previous::{PreviousInfo, PreviousKind, discard_previous, previous_of, revert};
 pub use primitives::{exchange, fsync};
 pub use probe::{NoProbe, Op, Probe};
 pub use read::{Entry, EntryKind, ReadLimits, list_dir, read_file};
@@ -106,6 +114,10 @@ pub struct Options<'a> {
     /// Asked to accept the staged contents before the swap ([`gate`]); none
     /// by default.
     pub gate: Option<&'a dyn Gate>,
+    /// Keep the contents a sync or single-file write replaces as the
+    /// target's previous, for [`revert`] ([`previous`]); also when the gate
+    /// asks ([`Gate::keep_previous`]). `false` by default.
+    pub keep_previous: bool,
 }
 
 impl Default for Options<'static> {
@@ -117,6 +129,7 @@ impl Default for Options<'static> {
             cancel: Cancel::NEVER,
             flush: Flush::Auto,
             gate: None,
+            keep_previous: false,
         }
     }
 }
@@ -129,6 +142,7 @@ impl std::fmt::Debug for Options<'_> {
             .field("cancel", &self.cancel)
             .field("flush", &self.flush)
             .field("gate", &self.gate.is_some())
+            .field("keep_previous", &self.keep_previous)
             .finish()
     }
 }

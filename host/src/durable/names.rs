@@ -102,10 +102,70 @@ pub fn is_leftover(name: &str) -> bool {
         && suffix.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// Prefix of a kept previous tree (or of the staging directory that will
+/// become one): `.durasync-keep.<O>.<target>` or `.durasync-keep.<O>#<hash>`.
+const KEEP_PREFIX: &str = ".durasync-keep.";
+
+/// The longest target name embedded in a keep name as it is: the prefix
+/// (15 bytes), the widest inode number (20 digits) and the separator leave
+/// this much of [`NAME_MAX`]. A longer name is named by its hash.
+pub const KEEP_EMBED_MAX: usize = NAME_MAX - KEEP_PREFIX.len() - 20 - 1;
+
+/// The name of the entry that keeps the previous contents of the target
+/// `target`, whose current inode number is `ino` (see `previous.rs`).
+///
+/// Self-describing, so no ledger is needed: `.durasync-keep.<ino>.<target>`
+/// when `target` is at most [`KEEP_EMBED_MAX`] bytes, else
+/// `.durasync-keep.<ino>#<16 hex digits>`, the FNV-1a hash of `target` (a
+/// name can be 255 bytes, and the inode number must fit beside it). The
+/// separator tells the two forms apart: an embedded name follows a `.`,
+/// a hash a `#`, so a short name can never be mistaken for a long one's
+/// hash. Which form a target gets depends on its name alone.
+pub fn keep_name(ino: u64, target: &str) -> String {
+    if target.len() <= KEEP_EMBED_MAX {
+        format!("{KEEP_PREFIX}{ino}.{target}")
+    } else {
+        format!("{KEEP_PREFIX}{ino}#{:016x}", fnv1a(target.as_bytes()))
+    }
+}
+
+/// The inode number a keep entry `entry` names, when `entry` is a keep
+/// entry of the target `target` (see [`keep_name`]).
+pub fn keep_of(entry: &str, target: &str) -> Option<u64> {
+    parse_keep(entry).filter(|&ino| keep_name(ino, target) == entry)
+}
+
+/// The inode number a keep entry of any target names; `None` for every
+/// other name. The number must be written canonically (no sign, no
+/// leading zero), so one inode has exactly one keep name per target.
+pub fn parse_keep(entry: &str) -> Option<u64> {
+    let rest = entry.strip_prefix(KEEP_PREFIX)?;
+    let end = rest.find(['.', '#'])?;
+    let (digits, tail) = rest.split_at(end);
+    let ino: u64 = digits.parse().ok()?;
+    let well_formed = match tail.split_at(1) {
+        ("#", hash) => hash.len() == 16 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        (_, name) => !name.is_empty() && name.len() <= KEEP_EMBED_MAX,
+    };
+    (ino.to_string() == digits && well_formed).then_some(ino)
+}
+
+/// FNV-1a, 64 bits: fixed, so every durasync version derives the same name.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// Whether `name` is one of durasync's own entries (a leftover or the lock),
 /// which listings hide from plugins and which no request may name.
 pub fn is_reserved(name: &str) -> bool {
     name == LOCK_NAME || name.starts_with(LEFTOVER_PREFIX)
+}
+
+/// Whether the relative path `path` is, or lies inside, one of durasync's
+/// own entries (any of its components [`is_reserved`]; a trailing `/` of a
+/// directory is ignored): not the plugin's.
+pub fn is_reserved_path(path: &str) -> bool {
+    path.split('/').any(|c| !c.is_empty() && is_reserved(c))
 }
 
 /// Check one plain name: not empty, not `.` or `..`, no `/`, no NUL, at most
@@ -215,5 +275,34 @@ mod tests {
         for not in [".durasync.lock", ".durasync-stage-xyz", ".durasync-foo-0123456789abcdef", "tls.crt"] {
             assert!(!is_leftover(not), "{not}");
         }
+    }
+
+    #[test]
+    fn keep_names_embed_short_targets_hash_long_ones_and_parse_back() {
+        assert_eq!(keep_name(1234, "certs"), ".durasync-keep.1234.certs");
+        assert_eq!(keep_of(".durasync-keep.1234.certs", "certs"), Some(1234));
+        assert_eq!(keep_of(".durasync-keep.1234.certs", "cert"), None);
+        let long = "x".repeat(NAME_MAX);
+        let hashed = keep_name(u64::MAX, &long);
+        assert!(hashed.len() <= NAME_MAX && hashed.contains('#'), "{hashed}");
+        assert_eq!(keep_of(&hashed, &long), Some(u64::MAX));
+        let widest = keep_name(u64::MAX, &"y".repeat(KEEP_EMBED_MAX));
+        assert_eq!(widest.len(), NAME_MAX);
+        assert_eq!(keep_of(&widest, &"y".repeat(KEEP_EMBED_MAX)), Some(u64::MAX));
+        // A short name that looks like a hash is still embedded after a `.`.
+        let lookalike = &hashed[hashed.find('#').unwrap()..];
+        assert_eq!(keep_of(&hashed, lookalike), None);
+        for not in [
+            ".durasync-keep.01.a",
+            ".durasync-keep.+1.a",
+            ".durasync-keep.1.",
+            ".durasync-keep..a",
+            ".durasync-keep.1#abc",
+            ".durasync-keep.x.a",
+            ".durasync-stage-0123456789abcdef",
+        ] {
+            assert_eq!(parse_keep(not), None, "{not}");
+        }
+        assert!(is_reserved(&hashed) && !is_leftover(&hashed));
     }
 }

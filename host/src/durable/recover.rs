@@ -1,6 +1,8 @@
 //! Removing what a crash or a failed cleanup left behind: staging
 //! directories, old trees, temporary files and trash, all named by
-//! [`names::leftover_name`](super::names::leftover_name).
+//! [`names::leftover_name`](super::names::leftover_name), and keep entries
+//! that are not a valid previous (`previous.rs`: a keep-sync's staging
+//! before its swap, the tree a revert replaced).
 //!
 //! Removal never follows a link: a symlink planted inside a leftover is
 //! unlinked, never traversed, so recovery cannot be turned into "delete
@@ -16,8 +18,9 @@ use rustix::io::Errno;
 use super::error::{Error, Result};
 use super::lock::lock;
 use super::marker::any_marked;
-use super::names::{LOCK_NAME, is_leftover};
+use super::names::{LOCK_NAME, is_leftover, parse_keep};
 use super::parallel;
+use super::previous::stale_keeps;
 use super::sys::{Kind, Sys, join, kind_at, unlinks_wait_for_discards};
 use super::walk::{DirStack, Entry, list_own_names, read_entries};
 
@@ -90,13 +93,23 @@ fn recover_one(
     let names = list_own_names(dir, path)?;
     let has_lock = names.iter().any(|n| n == LOCK_NAME);
     let possibly_target = matches!(place, Place::Below { below_lock: true }) && !has_lock;
-    if !possibly_target && names.iter().any(|n| is_leftover(n)) {
+    // A stale keep entry (`previous.rs`) is a leftover too; a valid
+    // previous is not, and alone it takes no lock (a recovery with nothing
+    // to remove changes nothing).
+    let stale = if possibly_target || !names.iter().any(|n| parse_keep(n).is_some()) {
+        false
+    } else {
+        !stale_keeps(dir, &names)?.is_empty()
+    };
+    if !possibly_target && (stale || names.iter().any(|n| is_leftover(n))) {
         let _lock = lock(sys, dir, path)?;
         removed.extend(remove_leftovers(sys, dir, path)?);
     }
     let mut subdirs = Vec::new();
     for name in names {
-        if is_leftover(&name) || name == LOCK_NAME {
+        // durasync's own: a leftover, the lock, a kept previous tree (walked
+        // by nobody; its contents are the target's old ones, not leftovers).
+        if is_leftover(&name) || name == LOCK_NAME || parse_keep(&name).is_some() {
             continue;
         }
         if kind_at(dir, &name, &stack.child_path(&name))?.0 == Kind::Dir {
@@ -107,7 +120,6 @@ fn recover_one(
     Ok((subdirs, has_lock || possibly_target))
 }
 
-/// Remove the leftovers directly in `dir`. The caller holds `dir`'s lock.
 /// Before an operation: remove the leftovers in `dir` (the caller holds
 /// its lock), unless a target there is marked unsynced. Then a leftover may
 /// be the tree that is still the target on disk (the failed commit's swap
@@ -121,9 +133,15 @@ pub(crate) fn remove_leftovers_or_defer(sys: &Sys<'_>, dir: BorrowedFd<'_>) -> R
     Ok(false)
 }
 
+/// Remove the leftovers directly in `dir`. The caller holds `dir`'s lock.
+/// Stale keep entries (a staging that never reached its swap, a tree a
+/// revert replaced) are leftovers too; a valid previous is not (see
+/// `previous.rs`).
 pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str) -> Result<Vec<String>> {
-    let mut names: Vec<String> =
-        list_own_names(dir, dir_path)?.into_iter().filter(|n| is_leftover(n)).collect();
+    // One listing for both kinds.
+    let listed = list_own_names(dir, dir_path)?;
+    let mut names = stale_keeps(dir, &listed)?;
+    names.extend(listed.into_iter().filter(|n| is_leftover(n)));
     names.sort();
     let mut removed = Vec::with_capacity(names.len());
     for name in names {

@@ -11,9 +11,11 @@
 //! written and fsynced in parallel, directories fsynced deepest first; or,
 //! with the syncfs flush, all of it written and then one `syncfs`, see
 //! `flush.rs`) →
+//! (a keep-sync: retire an older previous, durably, see `previous.rs`) →
 //! mark the target unsynced → exchange it with the target
 //! (`RENAME_EXCHANGE`, or `RENAME_NOREPLACE` for a new target) → fsync the
-//! parent, the **commit point** → unmark → remove the old tree.
+//! parent, the **commit point** → unmark → remove the old tree (a
+//! keep-sync keeps it as the target's previous).
 //!
 //! # Carrying unchanged files
 //!
@@ -71,6 +73,7 @@ use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
 use super::parallel;
+use super::previous::{keep_staging, keeps, remove_retired, retire_previous};
 use super::recover::{remove_committed_leftover, remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
 use super::resolve::open_beneath;
@@ -130,8 +133,11 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     // nor when an unchanged file could not be carried (another link, another
     // owner): the full sequence would rewrite it, and so the result is
     // every file's inode is the one the full sequence would give it.
+    // A keep-sync swaps whole trees: the old one becomes the previous.
+    let keep = exists && keeps(opts);
     if !marked
         && !deferred
+        && !keep
         // A gate is shown the complete staged tree, which this path has not.
         && opts.gate.is_none()
         && carry.len() + 1 == tree.file_count()
@@ -140,15 +146,30 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     {
         return Ok(report);
     }
-    let carried = target.as_ref().map(|t| Carried { target: t.as_fd(), name, files: &carry });
+    // A gate that hands the staged tree to a program (a validator) gets
+    // fresh copies only: a carried file is a hard link to the live file,
+    // and a write or chmod through it would change the live tree, also
+    // when the change is then refused (see `gate.rs`).
+    let exposed = opts.gate.is_some_and(|g| g.exposes_staged());
+    let carried =
+        target.as_ref().filter(|_| !exposed).map(|t| Carried { target: t.as_fd(), name, files: &carry });
+    let carried_count = if carried.is_some() { carry.len() } else { 0 };
 
     // 4–5. Build the staging tree beside the target and make it durable:
     // per-entry fsyncs or one syncfs, whichever the flush setting picks for
     // this batch and file system (`flush.rs`); decided before anything is
     // created, so a refused `--flush syncfs` changes nothing.
-    let flush = choose_flush(opts.flush, parent, name, tree.file_count() - carry.len(), opts.threads)?;
+    let flush = choose_flush(opts.flush, parent, name, tree.file_count() - carried_count, opts.threads)?;
     tracing::debug!(target = name, syncfs = flush.syncfs, threads = flush.threads, why = %flush.why, "flush");
-    let staging = leftover_name(Leftover::Stage);
+    let staging = match &target {
+        // The keep name states the current target's inode, read before the
+        // staging tree exists (see `previous.rs`): valid only once swapped.
+        Some(t) if keep => {
+            let ino = rustix::fs::fstat(t).map_err(|e| Error::io(Step::Read, name, e))?.st_ino;
+            keep_staging(&sys, parent, name, ino)?
+        }
+        _ => leftover_name(Leftover::Stage),
+    };
     let stage_fd = sys.mkdir(parent, &staging, &staging, FILL_MODE)?;
     let staged =
         build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, carried.as_ref(), &flush, opts)
@@ -157,9 +178,36 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
             // fsyncs or the syncfs above), before the mark and the swap: a
             // refusal is discarded like any failure before it.
             .and_then(|()| {
+                let Some(g) = opts.gate else { return Ok(()) };
                 let plan = exists.then_some(&plan);
+                // A marked target was compared only far enough to know it differs.
+                let changed = gate::changed_paths(plan, !marked, tree);
                 let files = tree.file_count() as u64;
-                gate::ask(opts.gate, parent, name, &staging, StagedKind::Dir, files, plan)
+                // Stamped once complete and durable, before anything else
+                // can see it; the clock then passes every stamp's ctime.
+                let before = if exposed {
+                    Some(stamp_staging(parent, &staging, stage_fd.as_fd(), tree)?)
+                } else {
+                    None
+                };
+                let clock_past = before.as_ref().is_some_and(|b| gate::wait_past(gate::Stamp::newest(b)));
+                gate::ask(Some(g), parent, name, &staging, StagedKind::Dir, files, plan, &changed)?;
+                let Some(before) = before else { return Ok(()) };
+                // What was checked is what goes live, durably: the staged
+                // tree, once the gate's program is done with it, must be
+                // untouched since it was made durable — checked before the
+                // mark and the swap.
+                recheck_staging(
+                    &sys,
+                    parent,
+                    stage_fd.as_fd(),
+                    &staging,
+                    name,
+                    tree,
+                    &before,
+                    clock_past,
+                    &flush,
+                )
             });
     if let Err(mut e) = staged {
         if let Error::Cancelled { path } = &mut e {
@@ -170,6 +218,16 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     }
     drop(stage_fd);
     drop(target);
+    // A keep-sync: an older previous leaves its keep name, durably, before
+    // the swap makes the current tree the previous (see `retire_previous`).
+    let retired = if keep { retire_previous(&sys, parent, name) } else { Ok(Vec::new()) };
+    let retired = match retired {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = remove_tree(&sys, parent, &staging, &staging, &Cancel::NEVER);
+            return Err(e);
+        }
+    };
     // Marked before the swap, unmarked only once the commit fsync returned:
     // a failure in between leaves the mark for the retry, in any process.
     let new_mark = match mark(&sys, parent, name) {
@@ -201,9 +259,12 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     // Durable now: a repeat may trust what it reads back again.
     committed(unmark(&sys, parent, name), true)?;
 
-    // 8. Off the durability path: the old tree now sits at the staging name.
+    // 8. Off the durability path: the old tree now sits at the staging name
+    // (kept there by a keep-sync: it is the target's previous now).
     if deferred {
         committed(remove_leftovers(&sys, parent, "."), true)?;
+    } else if keep {
+        remove_retired(&sys, parent, &retired, opts)?;
     } else if exists {
         committed(remove_committed_leftover(&sys, parent, &staging, &opts.cancel).map(drop), true)?;
     }
@@ -413,6 +474,88 @@ fn build_staging(
         // make any of them reachable from the target. Its error is the
         // batch's: the caller discards the staging tree, nothing changed.
         return sys.syncfs(stage, staging);
+    }
+    sys.fsync_dir(stage, staging, Step::FsyncDir)
+}
+
+/// The [`gate::Stamp`] of the staging directory `staging` (by its name in
+/// `parent`) and of every path of `tree` beneath it (`stage`), in order.
+fn stamp_staging(
+    parent: BorrowedFd<'_>,
+    staging: &str,
+    stage: BorrowedFd<'_>,
+    tree: &Tree,
+) -> Result<Vec<gate::Stamp>> {
+    let mut out = Vec::with_capacity(tree.len() + 1);
+    out.push(gate::Stamp::at(parent, staging, staging)?);
+    for (path, _) in tree.iter() {
+        out.push(gate::Stamp::at(stage, path, &join(staging, path))?);
+    }
+    Ok(out)
+}
+
+/// After a gate that exposed the staging tree accepted it: refuse it
+/// unless every entry has the stamp it had before the gate (`before`) and
+/// it holds exactly `tree` (names, kinds, modes, bytes: a second proof that
+/// costs reads of the page cache only). Unchanged, it is what the staging's
+/// fsyncs made durable. With `clock_past` false equal ctimes prove
+/// nothing, so it is made durable again, as `flush` says, after the check.
+#[allow(clippy::too_many_arguments)]
+fn recheck_staging(
+    sys: &Sys<'_>,
+    parent: BorrowedFd<'_>,
+    stage: BorrowedFd<'_>,
+    staging: &str,
+    target: &str,
+    tree: &Tree,
+    before: &[gate::Stamp],
+    clock_past: bool,
+    flush: &Chosen,
+) -> Result<()> {
+    let paths = std::iter::once("").chain(tree.iter().map(|(p, _)| p));
+    let after = match stamp_staging(parent, staging, stage, tree) {
+        Ok(after) => after,
+        Err(Error::Io { path, .. }) => {
+            return Err(gate::changed_after_check(target, &format!("{path} is gone")));
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some((path, _)) = paths.zip(before.iter().zip(&after)).find(|(_, (b, a))| b != a) {
+        let path = if path.is_empty() { "the staged directory" } else { path };
+        return Err(gate::changed_after_check(target, &format!("{path} was changed")));
+    }
+    let plan = compare(stage, staging, tree, false)?;
+    if !plan.is_unchanged() {
+        let first = plan.added.iter().chain(&plan.changed).chain(&plan.removed).next();
+        return Err(gate::changed_after_check(target, &format!("{} differs", first.map_or("it", |p| p))));
+    }
+    if clock_past {
+        return Ok(());
+    }
+    if flush.syncfs {
+        return sys.syncfs(stage, staging);
+    }
+    let mut dirs: Vec<&str> = Vec::new();
+    for (path, node) in tree.iter() {
+        let shown = join(staging, path);
+        match node {
+            Node::Dir { .. } => dirs.push(path),
+            Node::File { .. } => {
+                let fd = match path.rsplit_once('/') {
+                    Some((dir, file)) => {
+                        super::sys::open_file(open_beneath(stage, dir)?.as_fd(), file, &shown)?
+                    }
+                    None => super::sys::open_file(stage, path, &shown)?,
+                };
+                sys.fsync_file(fd.as_fd(), &shown)?;
+            }
+        }
+    }
+    dirs.sort_by_key(|p| (std::cmp::Reverse(p.matches('/').count()), *p));
+    for path in dirs {
+        let shown = join(staging, path);
+        let fd = open_beneath(stage, path)?;
+        sys.fsync_dir(fd.as_fd(), &shown, Step::FsyncDir)?;
     }
     sys.fsync_dir(stage, staging, Step::FsyncDir)
 }

@@ -538,6 +538,81 @@ struct Listed {
     read: OnceLock<Result<(Vec<u8>, u32)>>,
 }
 
+/// The regular files beneath `dir`, durasync's own entries (its lock file,
+/// leftovers and everything in them) left out: what a guardrail counts as a
+/// root's files. (The walk still enters a leftover: a staging tree is small
+/// next to the root it stages for.)
+// Used by the hooks' guardrails and by a revert's report.
+pub(crate) fn count_files(dir: BorrowedFd<'_>, dir_path: &str) -> Result<u64> {
+    let mut n = 0;
+    walk(dir, dir_path, usize::MAX, &mut |seen| {
+        // Nothing in a staging tree or another leftover counts either.
+        if seen.kind == Kind::File && !super::names::is_reserved_path(&seen.path) {
+            n += 1;
+        }
+        Ok(())
+    })?;
+    Ok(n)
+}
+
+/// What [`for_each_entry`] calls per entry: its path, its mode, and for a
+/// regular file an fd to read it through.
+pub(crate) type EntryVisit<'v> = dyn FnMut(&str, u32, Option<&OwnedFd>) -> Result<()> + 'v;
+
+/// Every entry beneath `dir`, in walk order (each directory's entries by
+/// name), durasync's own entries (its lock file, leftovers and everything
+/// in them) left out: a directory as `(path, mode, None)`, a regular file
+/// as `(path, mode, Some(fd))` opened for reading beneath `dir`. Anything
+/// else (a symlink, a fifo) is an error naming it. What a content digest
+/// of a tree is made of: the same bytes, modes and names give the same
+/// sequence, wherever the tree lives (staged or swapped in).
+///
+/// `name` in `parent` may also be one regular file: then it is the one
+/// entry `("", mode, Some(fd))`. Missing, it is [`Error::NotFound`].
+// Used by the hooks' probation digests only (the `runtime` feature).
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
+pub(crate) fn for_each_entry(
+    parent: BorrowedFd<'_>,
+    name: &str,
+    dir_path: &str,
+    visit: &mut EntryVisit<'_>,
+) -> Result<()> {
+    match kind_at(parent, name, dir_path)?.0 {
+        Kind::Dir => {}
+        Kind::File => {
+            let fd = open_file(parent, name, dir_path)?;
+            let meta = meta_of(&fd, dir_path)?;
+            if meta.kind != Kind::File {
+                return Err(Error::NotAFile { path: dir_path.to_owned() });
+            }
+            return visit("", meta.mode, Some(&fd));
+        }
+        Kind::Missing => return Err(Error::NotFound { path: dir_path.to_owned() }),
+        other => {
+            return Err(unsupported(other, dir_path).unwrap_or(Error::NotAFile { path: dir_path.to_owned() }));
+        }
+    }
+    let root = open_dir(parent, name, dir_path)?;
+    let dir = root.as_fd();
+    walk(dir, dir_path, usize::MAX, &mut |seen| {
+        if super::names::is_reserved_path(&seen.path) {
+            return Ok(());
+        }
+        let shown = join(dir_path, &seen.path);
+        match seen.kind {
+            Kind::Dir => visit(&seen.path, seen.mode, None),
+            Kind::File => {
+                let (fd, meta) = open_stat(dir, &seen.path, &shown)?;
+                if meta.kind != Kind::File {
+                    return Err(unsupported(meta.kind, &shown).unwrap_or(Error::NotAFile { path: shown }));
+                }
+                visit(&seen.path, meta.mode, Some(&fd))
+            }
+            other => Err(unsupported(other, &shown).unwrap_or(Error::NotAFile { path: shown })),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::{PermissionsExt, symlink};

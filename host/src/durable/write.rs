@@ -2,16 +2,24 @@
 //! temporary sibling, fsync it, rename it over the target, fsync the
 //! directory. Never delete-then-write: a reader or a crash sees the old
 //! bytes or the new bytes, never a missing, empty or partial file.
+//!
+//! Asked to keep ([`Options::keep_previous`]), a write that replaces a file
+//! exchanges it with the new one instead (`RENAME_EXCHANGE` works on
+//! files): the old file stays beside it as the target's previous, named
+//! after its inode (see `previous.rs`). A new file has no previous.
 
 use std::os::fd::{AsFd, BorrowedFd};
 
+use rustix::fs::AtFlags;
+
 use super::Options;
 use super::diff::{Plan, file_holds};
-use super::error::{Error, Result, Step, committed, flags_unsupported};
+use super::error::{Error, Result, Step, committed, flags_unsupported, unsupported_or};
 use super::gate::{self, StagedKind};
 use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
+use super::previous::{keep_staging, keeps, remove_retired, retire_previous};
 use super::recover::{remove_leftovers, remove_leftovers_or_defer};
 use super::report::{Outcome, Report};
 use super::sys::{Kind, Sys, kind_at};
@@ -61,22 +69,53 @@ pub fn write_file(
         return Ok(Report::unchanged());
     }
 
-    let tmp = leftover_name(Leftover::Tmp);
+    // A keep-write exchanges the files: the old one becomes the previous,
+    // named after its inode, read before the new file exists (`previous.rs`).
+    let keep = exists && keeps(opts);
+    let tmp = if keep {
+        let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| Error::io(Step::Read, name, e))?;
+        keep_staging(&sys, dir, name, st.st_ino)?
+    } else {
+        leftover_name(Leftover::Tmp)
+    };
     let staged = (|| {
         let fd = sys.create(dir, &tmp, &tmp)?;
         sys.write_all(fd.as_fd(), &tmp, contents)?;
         // fchmod, not the create mode: the umask must not change the bits.
         sys.chmod(&fd, &tmp, mode)?;
         // Data and mode durable before the rename can make them the target.
-        sys.fsync_file(fd.as_fd(), &tmp)
+        sys.fsync_file(fd.as_fd(), &tmp)?;
+        Ok(fd)
     })();
     // The gate sees the staged copy, already durable, before the rename.
-    let staged = staged.and_then(|()| {
+    let staged = staged.and_then(|fd| {
+        let Some(g) = opts.gate else { return Ok(()) };
         let plan = exists.then(|| Plan { exists, ..Plan::default() });
-        gate::ask(opts.gate, dir, name, &tmp, StagedKind::File, 1, plan.as_ref())
+        // Stamped once durable; the clock then passes its ctime (see `gate.rs`).
+        let before = match g.exposes_staged() {
+            true => Some(gate::Stamp::at(dir, &tmp, &tmp)?),
+            false => None,
+        };
+        let clock_past = before.is_some_and(|b| gate::wait_past(gate::Stamp::newest([&b])));
+        gate::ask(Some(g), dir, name, &tmp, StagedKind::File, 1, plan.as_ref(), &[String::new()])?;
+        match before {
+            Some(before) => recheck_staged(&sys, dir, &tmp, name, fd.as_fd(), contents, before, clock_past),
+            None => Ok(()),
+        }
     });
-    // Last chance to give up; marked until the commit fsync returned.
-    let marked = staged.and_then(|()| opts.cancel.check(name)).and_then(|()| mark(&sys, dir, name));
+    // Last chance to give up. A keep-write first retires an older previous,
+    // durably (see `retire_previous`); marked until the commit fsync returned.
+    let mut retired = Vec::new();
+    let marked = staged
+        .and_then(|()| opts.cancel.check(name))
+        .and_then(|()| {
+            if keep {
+                retired = retire_previous(&sys, dir, name)?;
+            }
+            Ok(())
+        })
+        .and_then(|()| mark(&sys, dir, name));
     let new_mark = match marked {
         Ok(new) => new,
         Err(e) => {
@@ -86,15 +125,15 @@ pub fn write_file(
     };
     // One atomic step from the old file to the new one (NOREPLACE when new,
     // so a file created meanwhile by someone else is not clobbered).
-    let renamed = match sys.rename(dir, &tmp, &tmp, name, name, exists) {
-        // No renameat2 flags here (FUSE, some NFS): plain rename(2) is atomic
-        // on every POSIX file system, and under the lock no durasync process
-        // can have created `name` since it was found missing.
-        Err(e) if !exists && flags_unsupported(&e) => sys.rename(dir, &tmp, &tmp, name, name, true),
-        other => other,
+    let renamed = if keep {
+        // A keep-write exchanges instead: the old file stays, as the previous.
+        sys.exchange(dir, &tmp, &tmp, dir, name, name).map_err(|e| unsupported_or(e, dir, true))
+    } else {
+        rename_into_place(&sys, dir, &tmp, name, exists)
     };
     if let Err(e) = renamed {
         let _ = sys.unlink(dir, &tmp, &tmp);
+        // (Trash a keep-write retired is removed by the next recovery.)
         if new_mark {
             let _ = unmark(&sys, dir, name);
         }
@@ -104,10 +143,58 @@ pub fn write_file(
     committed(sys.fsync_dir(dir, ".", Step::FsyncParent), false)?;
     // Durable now: a repeat may trust what it reads back again.
     committed(unmark(&sys, dir, name), true)?;
+    // Off the durability path; a keep-write's old file stays as the previous.
     if deferred {
         committed(remove_leftovers(&sys, dir, "."), true)?;
+    } else {
+        remove_retired(&sys, dir, &retired, opts)?;
     }
     Ok(Report { outcome: if exists { Outcome::Replaced } else { Outcome::Created }, written: 1, removed: 0 })
+}
+
+/// Rename the staged file `tmp` to `name`: over the old file when it
+/// `exists`, else with NOREPLACE, so a file created meanwhile by someone
+/// else is not clobbered.
+fn rename_into_place(sys: &Sys<'_>, dir: BorrowedFd<'_>, tmp: &str, name: &str, exists: bool) -> Result<()> {
+    match sys.rename(dir, tmp, tmp, name, name, exists) {
+        // No renameat2 flags here (FUSE, some NFS): plain rename(2) is atomic
+        // on every POSIX file system, and under the lock no durasync process
+        // can have created `name` since it was found missing.
+        Err(e) if !exists && flags_unsupported(&e) => sys.rename(dir, tmp, tmp, name, name, true),
+        other => other,
+    }
+}
+
+/// After a gate that exposed the staged file `tmp` (written through `fd`)
+/// accepted it: refuse it unless `tmp` still has the stamp it had before
+/// the gate (`before`: the same inode, ctime, mode, size) and holds exactly
+/// `contents` — then it is what its fsync made durable. With `clock_past`
+/// false equal ctimes prove nothing: it is fsynced again after the check,
+/// before the rename (see `gate.rs`).
+#[allow(clippy::too_many_arguments)]
+fn recheck_staged(
+    sys: &Sys<'_>,
+    dir: BorrowedFd<'_>,
+    tmp: &str,
+    name: &str,
+    fd: BorrowedFd<'_>,
+    contents: &[u8],
+    before: gate::Stamp,
+    clock_past: bool,
+) -> Result<()> {
+    let what = match gate::Stamp::at(dir, tmp, tmp) {
+        Err(_) => Some("the file is gone"),
+        Ok(now) if now != before => Some("the file was changed"),
+        Ok(_) if !file_holds(dir, tmp, tmp, contents)? => Some("its bytes differ"),
+        Ok(_) => None,
+    };
+    if let Some(what) = what {
+        return Err(gate::changed_after_check(name, what));
+    }
+    if clock_past {
+        return Ok(());
+    }
+    sys.fsync_file(fd, tmp)
 }
 
 /// The mode of the regular file `name`, `None` when nothing is there; a

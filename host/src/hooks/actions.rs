@@ -17,13 +17,20 @@ use std::time::{Duration, Instant};
 
 use super::command::{self, Failure};
 use super::config::{Action, ActionRun};
+use super::http::{self, HttpError, HttpRequest};
 use super::ledger::Ledger;
 use crate::durable::Options;
 
 /// What a runner reports (the agent turns it into metrics).
 pub trait Observer: Send + Sync {
-    /// Action `action` ended with `result` (`ok`, `failed`, `timeout`).
-    fn finished(&self, action: &str, result: &str);
+    /// Action `action` ended with `result` (`ok`, `failed`, `timeout`);
+    /// `problem` says why when it did not succeed (it stays owed and is
+    /// retried), `None` when it did.
+    fn finished(&self, action: &str, result: &str, problem: Option<&str>);
+    /// Action `action` was owed but is no longer declared: dropped.
+    fn dropped(&self, action: &str) {
+        let _ = action;
+    }
     /// `n` actions are owed now.
     fn owed(&self, n: usize);
 }
@@ -144,6 +151,7 @@ impl Worker {
             let Some(action) = self.actions.iter().find(|a| a.name == name) else {
                 tracing::warn!(action = %name, "owed, but no longer declared by the manifest: dropped");
                 let _ = self.ledger.done(&name, seq, &Options::default());
+                self.observer.dropped(&name);
                 continue;
             };
             let result = run_action(action);
@@ -152,20 +160,22 @@ impl Worker {
                 Err(Failure::Timeout { .. }) => "timeout",
                 Err(_) => "failed",
             };
-            match result {
+            let problem = match result {
                 Ok(()) => {
                     tracing::info!(action = %name, "action ran");
                     if let Err(e) = self.ledger.done(&name, seq, &Options::default()) {
                         // Still owed on disk: it runs again later (at least once).
                         tracing::error!(action = %name, "{e}");
                     }
+                    None
                 }
                 Err(f) => {
                     tracing::warn!(action = %name, "action {f}");
                     failed.insert(name.clone());
+                    Some(f.to_string())
                 }
-            }
-            self.observer.finished(&name, label);
+            };
+            self.observer.finished(&name, label, problem.as_deref());
         }
         let ok = failed.is_empty();
         self.due.extend(failed);
@@ -182,26 +192,125 @@ fn backoff((min, max): (Duration, Duration), failures: u32) -> Duration {
 pub fn run_action(action: &Action) -> Result<(), Failure> {
     match &action.run {
         ActionRun::Command(argv) => command::run(argv, action.timeout_ms),
-        ActionRun::Signal { signal, pidfile } => send_signal(signal, pidfile),
+        ActionRun::Signal { signal, pidfile } => signal_with_timeout(signal, pidfile, action.timeout_ms),
+        ActionRun::Http { method, url, expect, allow_remote } => {
+            let req = HttpRequest {
+                method: method.clone(),
+                url: url.clone(),
+                timeout: Duration::from_millis(action.timeout_ms),
+                allow_remote: *allow_remote,
+            };
+            http_action(&req, expect)
+        }
     }
 }
 
-/// Send `signal` to the pid on the first line of `pidfile` (at most 64 bytes read).
+/// Send an HTTP action's request: success when the status is one of
+/// `expect` (any 2xx when empty). Another status is a failure naming it
+/// and the end of the body (where a daemon says why it would not reload);
+/// no answer is a failure naming why, a timeout a timeout.
+fn http_action(req: &HttpRequest, expect: &[u16]) -> Result<(), Failure> {
+    match http::request(req) {
+        Ok(a) if expected(a.status, expect) => Ok(()),
+        Ok(a) => Err(Failure::Status {
+            status: format!("answered {} (expected {})", a.status, super::config::expects(expect)),
+            tail: a.body_tail,
+        }),
+        Err(HttpError::TimedOut { ms, .. }) => Err(Failure::Timeout { ms, tail: String::new() }),
+        Err(e) => Err(Failure::Status { status: e.to_string(), tail: String::new() }),
+    }
+}
+
+/// Whether `status` is one of `expect`, or a 2xx when `expect` is empty.
+fn expected(status: u16, expect: &[u16]) -> bool {
+    if expect.is_empty() { (200..300).contains(&status) } else { expect.contains(&status) }
+}
+
+/// The most of a pidfile read: a pid and a newline, with room to spare.
+pub const MAX_PIDFILE_BYTES: u64 = 64;
+
+/// [`send_signal`] within `timeout_ms`. It never blocks on the pidfile
+/// itself (opened non-blocking, regular files only), but a pidfile on a
+/// hung network or FUSE file system can still stall a read: then the
+/// signal is abandoned as a timeout (the stuck thread ends with the read)
+/// and the instance's later actions go on.
+fn signal_with_timeout(signal: &str, pidfile: &std::path::Path, timeout_ms: u64) -> Result<(), Failure> {
+    let (tx, rx) = mpsc::channel();
+    let (signal_owned, pidfile_owned) = (signal.to_owned(), pidfile.to_owned());
+    std::thread::Builder::new()
+        .name("signal action".into())
+        .spawn(move || {
+            let _ = tx.send(send_signal(&signal_owned, &pidfile_owned));
+        })
+        .map_err(|e| Failure::Spawn(format!("cannot start a thread: {e}")))?;
+    rx.recv_timeout(Duration::from_millis(timeout_ms))
+        .unwrap_or_else(|_| Err(Failure::Timeout { ms: timeout_ms, tail: String::new() }))
+}
+
+/// Send `signal` to the pid named by `pidfile`, under systemd's `PIDFile=`
+/// rules (`service_load_pid_file` in systemd's `src/core/service.c`): the
+/// file is opened without following a symlink and without blocking (a fifo
+/// is refused, never waited on), must be a regular file of at most
+/// [`MAX_PIDFILE_BYTES`] holding one decimal pid (an optional newline
+/// after it), and the pid must not be 1 or the agent itself. systemd
+/// accepts a pid outside the service only from a pidfile owned by root;
+/// the agent has no service cgroup, so it accepts a pidfile owned by root
+/// (or by its own user), and one owned by another user only when the
+/// process it names belongs to that same user: whoever can write the
+/// pidfile can then signal nothing it could not signal itself.
 fn send_signal(signal: &str, pidfile: &std::path::Path) -> Result<(), Failure> {
+    use rustix::fs::{Mode, OFlags};
     use rustix::process::Signal;
-    use std::io::Read;
     let fail = |what: String| Failure::Status { status: what, tail: String::new() };
-    let mut text = String::new();
-    std::fs::File::open(pidfile)
-        .and_then(|f| f.take(64).read_to_string(&mut text))
-        .map_err(|e| fail(format!("cannot read pidfile {}: {e}", pidfile.display())))?;
-    let pid = text
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse::<i32>().ok())
-        .filter(|p| *p > 1)
-        .and_then(rustix::process::Pid::from_raw)
-        .ok_or_else(|| fail(format!("pidfile {} holds no pid", pidfile.display())))?;
+    let shown = pidfile.display();
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = rustix::fs::open(pidfile, flags, Mode::empty())
+        .map_err(|e| fail(format!("cannot open pidfile {shown}: {}", std::io::Error::from(e))))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| fail(format!("pidfile {shown}: {e}")))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(fail(format!("pidfile {shown} is not a regular file")));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::from(fd), MAX_PIDFILE_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(|e| fail(format!("cannot read pidfile {shown}: {e}")))?;
+    if bytes.len() as u64 > MAX_PIDFILE_BYTES {
+        return Err(fail(format!("pidfile {shown} is larger than {MAX_PIDFILE_BYTES} bytes")));
+    }
+    let pid = parse_pid(&bytes).ok_or_else(|| fail(format!("pidfile {shown} holds no pid")))?;
+    if pid.as_raw_nonzero().get() == 1 || pid == rustix::process::getpid() {
+        return Err(fail(format!(
+            "pidfile {shown} names pid {}, which is never signalled",
+            pid.as_raw_nonzero()
+        )));
+    }
+    // A handle on the process first: the checks below and the signal then
+    // concern the same process, even if the pid is reused meanwhile.
+    let dead = |e: rustix::io::Errno| {
+        fail(format!(
+            "SIG{signal} to pid {} (from {shown}) failed: {}",
+            pid.as_raw_nonzero(),
+            std::io::Error::from(e)
+        ))
+    };
+    let process = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(dead)?;
+    let me = rustix::process::geteuid().as_raw();
+    if st.st_uid != 0 && st.st_uid != me {
+        match process_uid(pid) {
+            Some(uid) if uid == st.st_uid => {}
+            owner => {
+                let owner = owner.map_or("unknown".to_owned(), |u| u.to_string());
+                return Err(fail(format!(
+                    "pidfile {shown} is owned by uid {} but names pid {} of uid {owner}: refused (only a \
+                     pidfile owned by root may name another user's process)",
+                    st.st_uid,
+                    pid.as_raw_nonzero()
+                )));
+            }
+        }
+    }
     let sig = match signal {
         "HUP" => Signal::HUP,
         "USR1" => Signal::USR1,
@@ -209,8 +318,23 @@ fn send_signal(signal: &str, pidfile: &std::path::Path) -> Result<(), Failure> {
         "TERM" => Signal::TERM,
         _ => Signal::INT,
     };
-    rustix::process::kill_process(pid, sig)
-        .map_err(|e| fail(format!("SIG{signal} to pid {} failed: {e}", pid.as_raw_nonzero())))
+    rustix::process::pidfd_send_signal(&process, sig).map_err(dead)
+}
+
+/// The pid in a pidfile's bytes: decimal digits, then at most one newline.
+fn parse_pid(bytes: &[u8]) -> Option<rustix::process::Pid> {
+    let digits = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let pid: i32 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    rustix::process::Pid::from_raw(pid)
+}
+
+/// The real uid of process `pid` (from `/proc/PID/status`).
+fn process_uid(pid: rustix::process::Pid) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.as_raw_nonzero())).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -233,6 +357,106 @@ mod tests {
         std::fs::write(&pidfile, "not a pid\n").unwrap();
         let err = run_action(&action(ActionRun::Signal { signal: "HUP".into(), pidfile })).unwrap_err();
         assert!(err.to_string().contains("holds no pid"), "{err}");
+    }
+
+    #[test]
+    fn a_pidfile_is_one_decimal_pid_and_never_a_fifo_a_symlink_or_a_large_file() {
+        for ok in ["42", "42\n"] {
+            assert_eq!(parse_pid(ok.as_bytes()).map(|p| p.as_raw_nonzero().get()), Some(42), "{ok:?}");
+        }
+        for bad in ["", "\n", " 42", "42 ", "42\n\n", "+42", "-1", "0", "4x", "42\n43", "99999999999"] {
+            assert_eq!(parse_pid(bad.as_bytes()), None, "{bad:?}");
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let signal = |pidfile: &std::path::Path| {
+            let start = Instant::now();
+            let r = run_action(&action(ActionRun::Signal { signal: "HUP".into(), pidfile: pidfile.into() }));
+            assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+            r.unwrap_err().to_string()
+        };
+        // A fifo without a writer: refused at once, never read.
+        let fifo = tmp.path().join("fifo.pid");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, 0o600.into(), 0).unwrap();
+        assert!(signal(&fifo).contains("is not a regular file"), "{}", signal(&fifo));
+        let link = tmp.path().join("link.pid");
+        std::os::unix::fs::symlink("/proc/self/stat", &link).unwrap();
+        assert!(signal(&link).starts_with("cannot open pidfile"), "{}", signal(&link));
+        let big = tmp.path().join("big.pid");
+        std::fs::write(&big, format!("{}\n", " ".repeat(100))).unwrap();
+        assert!(signal(&big).contains("larger than 64 bytes"), "{}", signal(&big));
+        let one = tmp.path().join("one.pid");
+        std::fs::write(&one, "1\n").unwrap();
+        assert!(signal(&one).contains("never signalled"), "{}", signal(&one));
+        // A dead pid: its own reaped child.
+        let mut dead = std::process::Command::new("true").spawn().unwrap();
+        let pid = dead.id();
+        dead.wait().unwrap();
+        std::fs::write(&one, format!("{pid}\n")).unwrap();
+        let err = signal(&one);
+        assert!(err.starts_with(&format!("SIGHUP to pid {pid}")) && err.contains("No such process"), "{err}");
+    }
+
+    /// A loopback server answering each request with `status` and `body`;
+    /// the request lines it saw come back through the receiver.
+    fn http_server(status: &'static str, body: &'static str) -> (String, mpsc::Receiver<String>) {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(mut s) = s else { return };
+                let mut reader = std::io::BufReader::new(s.try_clone().unwrap());
+                let mut first = String::new();
+                reader.read_line(&mut first).unwrap();
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let answer = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                let _ = s.write_all(answer.as_bytes());
+                if tx.send(first.trim_end().to_owned()).is_err() {
+                    return;
+                }
+            }
+        });
+        (format!("http://127.0.0.1:{port}"), rx)
+    }
+
+    fn http(url: String, expect: Vec<u16>) -> Action {
+        action(ActionRun::Http { method: "POST".into(), url, expect, allow_remote: false })
+    }
+
+    #[test]
+    fn an_http_action_succeeds_on_an_expected_status_only() {
+        let (base, seen) = http_server("200 OK", "");
+        run_action(&http(format!("{base}/-/reload"), vec![])).unwrap();
+        assert_eq!(seen.recv().unwrap(), "POST /-/reload HTTP/1.1");
+        run_action(&http(format!("{base}/-/reload"), vec![204, 200])).unwrap();
+        let err = run_action(&http(format!("{base}/-/reload"), vec![204])).unwrap_err();
+        assert_eq!(err.to_string(), "answered 200 (expected 204)");
+
+        let (base, _seen) = http_server("500 Internal Server Error", "error loading config: line 3\n");
+        let err = run_action(&http(format!("{base}/-/reload"), vec![])).unwrap_err();
+        assert_eq!(err.to_string(), "answered 500 (expected 2xx): error loading config: line 3");
+        assert!(matches!(err, Failure::Status { .. }));
+    }
+
+    #[test]
+    fn an_http_action_without_an_answer_fails_naming_why() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}/-/reload");
+        let err = run_action(&http(url.clone(), vec![])).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{url}: no answer: ")), "{err}");
+        // A server that accepts and never answers: the action's timeout.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let mut a = http(url, vec![]);
+        a.timeout_ms = 300;
+        let start = Instant::now();
+        assert!(matches!(run_action(&a), Err(Failure::Timeout { ms: 300, .. })));
+        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+        drop(listener);
     }
 
     #[test]

@@ -3,13 +3,11 @@
 //! pipe of which the last [`MAX_OUTPUT_TAIL`] bytes are kept, its own
 //! process group, killed as a group at its timeout.
 
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::process::{kill_group, wait_until};
+use crate::process::{Ended, supervise};
 
 /// How much of a command's output (stdout and stderr together) is kept for
 /// the error: its end, where a validator says what is wrong. The rest is
@@ -59,6 +57,10 @@ impl std::fmt::Display for Failure {
 }
 
 /// Run `argv` to its end or its timeout. `Ok` when it exited with status 0.
+/// Its own exit decides: a process it left running (holding the output
+/// pipe or not) is killed with its group once it exited, after at most
+/// [`OUTPUT_GRACE`](crate::process::OUTPUT_GRACE) more of reading
+/// (`process.rs`).
 pub fn run(argv: &[String], timeout_ms: u64) -> Result<(), Failure> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     // One pipe for both streams: validators write their complaint to either.
@@ -74,24 +76,16 @@ pub fn run(argv: &[String], timeout_ms: u64) -> Result<(), Failure> {
     // The parent's copies of the write end went with `cmd`: once every
     // process of the group has closed it, the reader sees the end.
     drop(cmd);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(drain_tail(reader, MAX_OUTPUT_TAIL));
+    let mut tail = Tail::new(MAX_OUTPUT_TAIL);
+    let ended = supervise(&mut child, vec![reader.into()], deadline, &mut |_, bytes| {
+        tail.push(bytes);
+        true
     });
-    let left = deadline.saturating_duration_since(Instant::now());
-    let tail = match rx.recv_timeout(left) {
-        Ok(tail) => tail,
-        Err(_) => {
-            kill_group(&mut child);
-            // The group is dead, so the pipe is closed: the tail follows.
-            let tail = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
-            return Err(Failure::Timeout { ms: timeout_ms, tail: text(&tail) });
+    let status = match ended {
+        Ok(Ended::Exited(status)) => status,
+        Ok(Ended::TimedOut | Ended::Stopped) => {
+            return Err(Failure::Timeout { ms: timeout_ms, tail: text(&tail.into_bytes()) });
         }
-    };
-    // Every holder of the pipe is gone; the leader itself may still be exiting.
-    let status = match wait_until(&mut child, deadline) {
-        Ok(Some(status)) => status,
-        Ok(None) => return Err(Failure::Timeout { ms: timeout_ms, tail: text(&tail) }),
         Err(e) => return Err(Failure::Spawn(format!("waiting for {}: {e}", argv[0]))),
     };
     if status.success() {
@@ -102,41 +96,75 @@ pub fn run(argv: &[String], timeout_ms: u64) -> Result<(), Failure> {
         (None, Some(sig)) => format!("was killed by signal {sig}"),
         (None, None) => format!("ended with {status}"),
     };
-    Err(Failure::Status { status, tail: text(&tail) })
+    Err(Failure::Status { status, tail: text(&tail.into_bytes()) })
 }
 
-fn text(tail: &[u8]) -> String {
-    String::from_utf8_lossy(tail).trim().replace('\n', " | ")
+/// A command's output as it is shown in errors and logged: its lines
+/// joined by ` | `, every other control character escaped (`\r`,
+/// `\u{1b}`), so it can neither forge a log line nor drive a terminal.
+/// Every message holding a command's output takes it from here.
+pub(super) fn text(tail: &[u8]) -> String {
+    let text = String::from_utf8_lossy(tail);
+    text.trim().split('\n').map(crate::services::text::escape_all).collect::<Vec<_>>().join(" | ")
 }
 
-/// Read `from` to its end, keeping its last `keep` bytes.
-fn drain_tail(mut from: impl Read, keep: usize) -> Vec<u8> {
-    let mut tail = std::collections::VecDeque::with_capacity(keep);
-    let mut buf = [0u8; 8192];
-    let mut cut = false;
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        for &b in &buf[..n] {
-            if tail.len() == keep {
-                tail.pop_front();
-                cut = true;
-            }
-            tail.push_back(b);
-        }
+/// The last `keep` bytes of what was pushed.
+pub(super) struct Tail {
+    bytes: std::collections::VecDeque<u8>,
+    keep: usize,
+    cut: bool,
+}
+
+impl Tail {
+    pub(super) fn new(keep: usize) -> Tail {
+        Tail { bytes: std::collections::VecDeque::with_capacity(keep), keep, cut: false }
     }
-    let mut out: Vec<u8> = if cut { "…".as_bytes().to_vec() } else { Vec::new() };
-    out.extend(tail);
-    out
+
+    pub(super) fn push(&mut self, chunk: &[u8]) {
+        self.cut |= chunk.len() > self.keep;
+        // Only the last `keep` bytes of a chunk can stay.
+        let chunk = &chunk[chunk.len().saturating_sub(self.keep)..];
+        let over = (self.bytes.len() + chunk.len()).saturating_sub(self.keep);
+        if over > 0 {
+            self.bytes.drain(..over.min(self.bytes.len()));
+            self.cut = true;
+        }
+        self.bytes.extend(chunk);
+    }
+
+    pub(super) fn into_bytes(self) -> Vec<u8> {
+        let mut out: Vec<u8> = if self.cut { "…".as_bytes().to_vec() } else { Vec::new() };
+        out.extend(self.bytes);
+        out
+    }
 }
 
-/// Substitute `{staged}` and `{target}` in each argument.
+/// Substitute `{staged}` and `{target}` in each argument, in one pass:
+/// what is substituted is never looked at again (a staged path holding a
+/// directory named `{target}` stays that path).
 pub fn substitute(argv: &[String], staged: &str, target: &str) -> Vec<String> {
-    argv.iter().map(|a| a.replace("{staged}", staged).replace("{target}", target)).collect()
+    argv.iter()
+        .map(|a| {
+            let mut out = String::with_capacity(a.len());
+            let mut rest = a.as_str();
+            while let Some(i) = rest.find('{') {
+                out.push_str(&rest[..i]);
+                rest = &rest[i..];
+                if let Some(after) = rest.strip_prefix("{staged}") {
+                    out.push_str(staged);
+                    rest = after;
+                } else if let Some(after) = rest.strip_prefix("{target}") {
+                    out.push_str(target);
+                    rest = after;
+                } else {
+                    out.push('{');
+                    rest = &rest[1..];
+                }
+            }
+            out.push_str(rest);
+            out
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -164,6 +192,28 @@ mod tests {
     }
 
     #[test]
+    fn a_command_that_leaves_a_daemon_holding_its_output_ends_at_its_own_exit() {
+        // The daemon left the group (setsid): not killed, not waited for.
+        let start = Instant::now();
+        let script = "setsid sleep 30 & echo $! > \"$0\"; echo started; exit 0";
+        let pidfile = tempfile::NamedTempFile::new().unwrap();
+        let argv = vec!["sh".into(), "-c".into(), script.into(), pidfile.path().display().to_string()];
+        assert_eq!(run(&argv, 20_000), Ok(()));
+        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+        let daemon: i32 = std::fs::read_to_string(pidfile.path()).unwrap().trim().parse().unwrap();
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(daemon).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+        // Its failure status decides too, and its output before the exit is kept.
+        let script = "sleep 30 & echo bad thing; exit 4";
+        let start = Instant::now();
+        let err = run(&sh(script), 20_000).unwrap_err();
+        assert_eq!(err.to_string(), "exited with status 4: bad thing");
+        assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+    }
+
+    #[test]
     fn only_the_tail_of_a_long_output_is_kept() {
         let err = run(&sh("head -c 100000 /dev/zero | tr '\\0' x; echo; echo last words; exit 1"), 10_000)
             .unwrap_err();
@@ -181,5 +231,20 @@ mod tests {
     fn placeholders_are_substituted_in_every_argument() {
         let argv = vec!["v".to_owned(), "{staged}/a".to_owned(), "--target={target}".to_owned()];
         assert_eq!(substitute(&argv, "/s", "/t"), ["v", "/s/a", "--target=/t"]);
+    }
+
+    #[test]
+    fn a_substituted_path_holding_a_placeholder_is_not_substituted_again() {
+        let argv = vec!["{staged}/conf".to_owned(), "{{target}{staged}}".to_owned()];
+        assert_eq!(
+            substitute(&argv, "/r/{target}/.stage", "/r/{staged}/conf"),
+            ["/r/{target}/.stage/conf", "{/r/{staged}/conf/r/{target}/.stage}"]
+        );
+    }
+
+    #[test]
+    fn control_characters_in_a_command_s_output_are_escaped() {
+        let err = run(&sh("printf 'bad\\rforged\\033[2K\\nnext\\n'; exit 1"), 10_000).unwrap_err();
+        assert_eq!(err.to_string(), "exited with status 1: bad\\rforged\\u{1b}[2K | next");
     }
 }

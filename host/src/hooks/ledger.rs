@@ -25,6 +25,26 @@
 //!
 //! The in-memory state and the file change under one mutex, so an `owe`
 //! racing a `done` never loses an entry.
+//!
+//! # Probation records
+//!
+//! The same file holds the instance's probations (`probation.rs`): a
+//! change on probation ([`ProbationRecord`]: root, path, content digest,
+//! opened, until) and contents that failed their probe ([`FailedRecord`],
+//! at most [`MAX_FAILED`], the oldest forgotten first). A record is one
+//! JSON object on its own line (`{"probation":{…}}`, `{"failed":{…}}`); an
+//! action name never holds a `"` (`config.rs`), so a line starting with `{`
+//! is a record, and one that does not parse as one is refused naming its
+//! line, like any other corrupt line. A ledger of names only (before
+//! probation existed) reads as before.
+//!
+//! Ordering: a probation is recorded, durably, by the gate before the
+//! swap (like an owed action), so a crash after the swap always finds it;
+//! a revert first records the failed digest and owes the root's actions
+//! ([`Ledger::fail`]), then reverts (its commit fsync), then closes the
+//! probation ([`Ledger::close_probation`]). A crash between them finds the
+//! probation still open and decides again from the disk
+//! (`durable::previous_of`).
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -33,8 +53,70 @@ use std::sync::Mutex;
 
 use crate::durable::{self, Options};
 
-/// The largest ledger read back (a few names; anything larger is not ours).
-pub const MAX_LEDGER_BYTES: u64 = 64 * 1024;
+/// The largest ledger read back or written. Its content is bounded by the
+/// manifest ([`super::config::MAX_HOOKS`] action names of 64 bytes), by
+/// [`MAX_PROBATIONS`] and [`MAX_FAILED`] records (a path of at most a few
+/// KiB, a digest, times, an output tail of at most [`MAX_FAILED_TAIL`]
+/// bytes): well under this; anything larger is not ours.
+pub const MAX_LEDGER_BYTES: u64 = 1024 * 1024;
+/// The most probations one instance may have open at once (one per
+/// synced path a probe covers); a change that would open one more is
+/// refused.
+pub const MAX_PROBATIONS: usize = 32;
+/// The most failed contents remembered per instance (the oldest is
+/// forgotten first: its input may then be written, and probed, again).
+pub const MAX_FAILED: usize = 16;
+/// The most bytes of a probe's output tail kept in a failed record.
+pub const MAX_FAILED_TAIL: usize = 512;
+
+/// A change on probation: committed (or about to be), its previous tree
+/// kept, its probe not yet passed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbationRecord {
+    /// The root.
+    pub root: String,
+    /// The synced path below the root.
+    pub path: String,
+    /// The probe that decides it.
+    pub probe: String,
+    /// `sha256:HEX` of the new contents (`probation::digest_at`).
+    pub digest: String,
+    /// When the gate opened it (Unix milliseconds).
+    pub opened_ms: u64,
+    /// When it ends: the probe must have succeeded by then (Unix ms).
+    pub until_ms: u64,
+    /// Whether a previous tree is kept to go back to (`false`: the change
+    /// created the target).
+    pub kept: bool,
+}
+
+/// Contents that failed their probe and were reverted: never written
+/// again by a later run, until the input changes (a different digest).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailedRecord {
+    /// The root.
+    pub root: String,
+    /// The synced path below the root.
+    pub path: String,
+    /// The probe that failed.
+    pub probe: String,
+    /// `sha256:HEX` of the contents that failed.
+    pub digest: String,
+    /// When it failed (Unix milliseconds).
+    pub at_ms: u64,
+    /// The end of the probe's last output (at most [`MAX_FAILED_TAIL`] bytes).
+    pub tail: String,
+}
+
+/// One record line.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "lowercase")]
+enum Record {
+    Probation(ProbationRecord),
+    Failed(FailedRecord),
+}
 /// The ledger file's mode: only the agent's user reads what it owes.
 const LEDGER_MODE: u32 = 0o600;
 
@@ -46,11 +128,15 @@ pub struct Ledger {
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct State {
     /// Owed action names and the sequence number of their last `owe`.
     owed: BTreeMap<String, u64>,
     seq: u64,
+    /// Open probations by (root, path).
+    probations: BTreeMap<(String, String), ProbationRecord>,
+    /// Failed contents, oldest first.
+    failed: Vec<FailedRecord>,
 }
 
 /// Why the ledger could not be read or written.
@@ -71,6 +157,14 @@ pub enum LedgerError {
         file: String,
         /// The cause.
         source: durable::Error,
+    },
+    /// A record would pass one of the ledger's bounds.
+    #[error("action ledger {file}: not written: {what}")]
+    Full {
+        /// The ledger file.
+        file: String,
+        /// Which bound.
+        what: String,
     },
     /// The ledger holds something that is not a list of action names.
     #[error("action ledger {file}: {reason}")]
@@ -125,6 +219,19 @@ impl Ledger {
                 if name.chars().any(char::is_control) {
                     return Err(corrupt("holds a control character"));
                 }
+                if name.starts_with('{') {
+                    match serde_json::from_str::<Record>(name) {
+                        Ok(Record::Probation(p)) => {
+                            state.probations.insert((p.root.clone(), p.path.clone()), p);
+                        }
+                        Ok(Record::Failed(f)) => state.failed.push(f),
+                        Err(e) => return Err(corrupt(&format!("is not a probation record ({e})"))),
+                    }
+                    continue;
+                }
+                if name.contains('"') {
+                    return Err(corrupt("is neither an action name nor a record"));
+                }
                 state.seq += 1;
                 state.owed.insert(name.to_owned(), state.seq);
             }
@@ -143,14 +250,13 @@ impl Ledger {
         // state as it was, so the caller's retry writes again instead of
         // finding the name "already owed" and committing with nothing on
         // disk (an action lost at the next crash).
-        let fresh: Vec<&String> = names.iter().filter(|n| !st.owed.contains_key(*n)).collect();
-        if !fresh.is_empty() {
-            let mut listed: Vec<&str> = st.owed.keys().map(String::as_str).collect();
-            listed.extend(fresh.iter().map(|n| n.as_str()));
-            listed.sort_unstable();
-            listed.dedup();
+        if names.iter().any(|n| !st.owed.contains_key(n)) {
+            let mut next = st.clone();
+            for n in names {
+                next.owed.entry(n.clone()).or_insert(0);
+            }
             // Durable before the caller goes on to the swap (see "Ordering").
-            self.write(listed.into_iter(), opts)?;
+            self.write(&next, opts)?;
         }
         for name in names {
             st.seq += 1;
@@ -186,16 +292,128 @@ impl Ledger {
         // Cleared only after the action succeeded; a crash before this write
         // is durable runs the action again (at least once). Memory follows
         // the disk here too: a failed clear leaves it owed (it runs again).
-        self.write(st.owed.keys().map(String::as_str).filter(|n| *n != name), opts)?;
-        st.owed.remove(name);
+        let mut next = st.clone();
+        next.owed.remove(name);
+        self.write(&next, opts)?;
+        *st = next;
         Ok(true)
     }
 
-    fn write<'n>(&self, names: impl Iterator<Item = &'n str>, opts: &Options<'_>) -> Result<(), LedgerError> {
+    /// Open (or, for a path already on probation, renew with the new
+    /// contents' digest and window) the probation `rec`; returns once it is
+    /// durable (before the caller's swap: see "Probation records"). Refused
+    /// when [`MAX_PROBATIONS`] are open for other paths.
+    pub fn open_probation(&self, rec: ProbationRecord, opts: &Options<'_>) -> Result<(), LedgerError> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (rec.root.clone(), rec.path.clone());
+        if !st.probations.contains_key(&key) && st.probations.len() >= MAX_PROBATIONS {
+            return Err(LedgerError::Full {
+                file: self.file.clone(),
+                what: format!("{MAX_PROBATIONS} probations are open already"),
+            });
+        }
+        let mut next = st.clone();
+        next.probations.insert(key, rec);
+        self.write(&next, opts)?;
+        *st = next;
+        Ok(())
+    }
+
+    /// The open probation of `root`:`path`, if any.
+    pub fn probation(&self, root: &str, path: &str) -> Option<ProbationRecord> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.probations.get(&(root.to_owned(), path.to_owned())).cloned()
+    }
+
+    /// Every open probation.
+    pub fn probations(&self) -> Vec<ProbationRecord> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.probations.values().cloned().collect()
+    }
+
+    /// Close the probation `rec`, durably, unless a later change renewed it
+    /// meanwhile (then `false`: the later contents are on probation now).
+    pub fn close_probation(&self, rec: &ProbationRecord, opts: &Options<'_>) -> Result<bool, LedgerError> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (rec.root.clone(), rec.path.clone());
+        if st.probations.get(&key) != Some(rec) {
+            return Ok(false);
+        }
+        let mut next = st.clone();
+        next.probations.remove(&key);
+        self.write(&next, opts)?;
+        *st = next;
+        Ok(true)
+    }
+
+    /// Remember `failed` (replacing an older record of the same contents,
+    /// forgetting the oldest past [`MAX_FAILED`]) and owe `names`, in one
+    /// durable write, before the caller reverts (see "Probation records").
+    pub fn fail(
+        &self,
+        mut failed: FailedRecord,
+        names: &[String],
+        opts: &Options<'_>,
+    ) -> Result<(), LedgerError> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if failed.tail.len() > MAX_FAILED_TAIL {
+            let mut cut = failed.tail.len() - MAX_FAILED_TAIL;
+            while !failed.tail.is_char_boundary(cut) {
+                cut += 1;
+            }
+            failed.tail = format!("…{}", &failed.tail[cut..]);
+        }
+        let mut next = st.clone();
+        next.failed
+            .retain(|f| !(f.root == failed.root && f.path == failed.path && f.digest == failed.digest));
+        next.failed.push(failed);
+        let over = next.failed.len().saturating_sub(MAX_FAILED);
+        next.failed.drain(..over);
+        for n in names {
+            next.owed.entry(n.clone()).or_insert(0);
+        }
+        self.write(&next, opts)?;
+        for n in names {
+            next.seq += 1;
+            let seq = next.seq;
+            next.owed.insert(n.clone(), seq);
+        }
+        *st = next;
+        Ok(())
+    }
+
+    /// Whether the contents `digest` of `root`:`path` failed their probe.
+    pub fn failed(&self, root: &str, path: &str, digest: &str) -> Option<FailedRecord> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.failed.iter().find(|f| f.root == root && f.path == path && f.digest == digest).cloned()
+    }
+
+    /// Every remembered failure, oldest first.
+    pub fn failures(&self) -> Vec<FailedRecord> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).failed.clone()
+    }
+
+    fn write(&self, st: &State, opts: &Options<'_>) -> Result<(), LedgerError> {
         let mut text = String::new();
-        for name in names {
+        for name in st.owed.keys() {
             text.push_str(name);
             text.push('\n');
+        }
+        let records = st
+            .probations
+            .values()
+            .map(|p| Record::Probation(p.clone()))
+            .chain(st.failed.iter().map(|f| Record::Failed(f.clone())));
+        for r in records {
+            // JSON escapes every control character: one line per record.
+            text.push_str(&serde_json::to_string(&r).expect("plain strings and numbers"));
+            text.push('\n');
+        }
+        if text.len() as u64 > MAX_LEDGER_BYTES {
+            return Err(LedgerError::Full {
+                file: self.file.clone(),
+                what: format!("it would pass {MAX_LEDGER_BYTES} bytes"),
+            });
         }
         durable::write_file(self.dir.as_fd(), &self.file, text.as_bytes(), Some(LEDGER_MODE), opts)
             .map(drop)
@@ -276,5 +494,109 @@ mod tests {
     fn file_name_digest(s: &str) -> String {
         use sha2::Digest;
         hex::encode(sha2::Sha256::digest(s.as_bytes()))[..32].to_owned()
+    }
+
+    fn probation(path: &str, digest: &str) -> ProbationRecord {
+        ProbationRecord {
+            root: "conf".into(),
+            path: path.into(),
+            probe: "web".into(),
+            digest: digest.into(),
+            opened_ms: 1_000,
+            until_ms: 301_000,
+            kept: true,
+        }
+    }
+
+    fn failed(digest: &str, tail: &str) -> FailedRecord {
+        FailedRecord {
+            root: "conf".into(),
+            path: "app".into(),
+            probe: "web".into(),
+            digest: digest.into(),
+            at_ms: 2_000,
+            tail: tail.into(),
+        }
+    }
+
+    #[test]
+    fn probations_and_failures_survive_a_reopen_beside_owed_actions() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = Ledger::open(tmp.path(), "app").unwrap();
+        let o = Options::default();
+        l.owe(&["reload".into()], &o).unwrap();
+        l.open_probation(probation("app", "sha256:aa"), &o).unwrap();
+        // A control character in a tail stays on its line (JSON escapes it).
+        l.fail(failed("sha256:bb", "bad\nthing"), &["notify".into()], &o).unwrap();
+        let again = Ledger::open(tmp.path(), "app").unwrap();
+        assert_eq!(again.probation("conf", "app"), Some(probation("app", "sha256:aa")));
+        assert_eq!(again.failed("conf", "app", "sha256:bb"), Some(failed("sha256:bb", "bad\nthing")));
+        assert_eq!(again.failed("conf", "app", "sha256:aa"), None);
+        let names: Vec<String> = again.owed().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["notify", "reload"]);
+        let text = std::fs::read_to_string(tmp.path().join("app.owed")).unwrap();
+        assert_eq!(text.lines().count(), 4, "{text}");
+        // Closed only as recorded: a renewed probation is not closed by the old record.
+        again.open_probation(probation("app", "sha256:cc"), &o).unwrap();
+        assert!(!again.close_probation(&probation("app", "sha256:aa"), &o).unwrap());
+        assert!(again.close_probation(&probation("app", "sha256:cc"), &o).unwrap());
+        assert!(Ledger::open(tmp.path(), "app").unwrap().probations().is_empty());
+    }
+
+    #[test]
+    fn an_old_ledger_of_action_names_still_reads() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("app.owed"), b"reload\nSIGHUP\n").unwrap();
+        let l = Ledger::open(tmp.path(), "app").unwrap();
+        assert_eq!(l.len(), 2);
+        assert!(l.probations().is_empty() && l.failures().is_empty());
+    }
+
+    #[test]
+    fn a_corrupt_record_line_is_refused_naming_its_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let good = serde_json::to_string(&Record::Probation(probation("app", "sha256:aa"))).unwrap();
+        for (text, line, what) in [
+            (format!("reload\n{}\n", &good[..good.len() - 2]), 2, "is not a probation record"),
+            (format!("{good}\n{{\"probation\":{{\"root\":\"c\"}}}}\n"), 2, "is not a probation record"),
+            (format!("{good}\n{{\"unknown\":{{}}}}\n"), 2, "is not a probation record"),
+            ("reload\nre\"load\n".to_owned(), 2, "is neither an action name nor a record"),
+        ] {
+            std::fs::write(tmp.path().join("app.owed"), &text).unwrap();
+            let err = Ledger::open(tmp.path(), "app").unwrap_err().to_string();
+            assert!(err.contains(&format!("line {line} {what}")), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn failures_are_bounded_the_oldest_forgotten_and_tails_cut() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = Ledger::open(tmp.path(), "app").unwrap();
+        let o = Options::default();
+        for i in 0..MAX_FAILED + 3 {
+            l.fail(failed(&format!("sha256:{i:02}"), &"x".repeat(MAX_FAILED_TAIL * 2)), &[], &o).unwrap();
+        }
+        let kept = Ledger::open(tmp.path(), "app").unwrap().failures();
+        assert_eq!(kept.len(), MAX_FAILED);
+        assert_eq!(kept[0].digest, "sha256:03");
+        assert!(kept.iter().all(|f| f.tail.len() <= MAX_FAILED_TAIL + "…".len()));
+        // The same contents failing again replace their record.
+        l.fail(failed("sha256:05", "again"), &[], &o).unwrap();
+        assert_eq!(l.failures().len(), MAX_FAILED);
+        assert_eq!(l.failed("conf", "app", "sha256:05").unwrap().tail, "again");
+    }
+
+    #[test]
+    fn probations_are_bounded_per_instance() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = Ledger::open(tmp.path(), "app").unwrap();
+        let o = Options::default();
+        for i in 0..MAX_PROBATIONS {
+            l.open_probation(probation(&format!("p{i}"), "sha256:aa"), &o).unwrap();
+        }
+        let err = l.open_probation(probation("one-more", "sha256:aa"), &o).unwrap_err();
+        assert!(err.to_string().contains("probations are open already"), "{err}");
+        // Renewing an open one is not one more.
+        l.open_probation(probation("p0", "sha256:bb"), &o).unwrap();
     }
 }

@@ -4,6 +4,8 @@
 //! - [`config`]: the manifest tables, parsed strictly;
 //! - [`pattern`]: which changed paths a hook applies to;
 //! - [`command`]: running an operator's command with a timeout;
+//! - [`http`]: one bounded HTTP request to a daemon on the node (an HTTP
+//!   action, a probe);
 //! - `gate.rs`: the [`crate::durable::Gate`] a sync or write is given:
 //!   guardrails, then validators, on the staged copy before the swap, then
 //!   the owed actions recorded durably in the [`ledger`];
@@ -17,14 +19,17 @@ pub mod actions;
 pub mod command;
 pub mod config;
 mod gate;
+pub mod http;
 pub mod ledger;
 pub mod pattern;
+pub mod probation;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use config::{Action, ActionRun, Guard, Validator};
+pub use config::{Action, ActionRun, Guard, Probe, ProbeCheck, Validator};
+
 pub use ledger::Ledger;
 
 use crate::durable::Gate;
@@ -38,25 +43,37 @@ pub struct Hooks {
     pub guards: BTreeMap<String, Guard>,
     /// `[[action]]`, in manifest order.
     pub actions: Vec<Action>,
+    /// `[[probe]]`, in manifest order.
+    pub probes: Vec<Probe>,
 }
 
 impl Hooks {
     /// Whether nothing is declared (a run then gets no hooks at all).
     pub fn is_empty(&self) -> bool {
-        self.validators.is_empty() && self.guards.is_empty() && self.actions.is_empty()
+        self.validators.is_empty()
+            && self.guards.is_empty()
+            && self.actions.is_empty()
+            && self.probes.is_empty()
     }
 
-    /// The names of the actions a change of `path` in `root` owes.
+    /// Whether the agent keeps a ledger for these hooks (owed actions,
+    /// probations).
+    pub fn needs_ledger(&self) -> bool {
+        !self.actions.is_empty() || !self.probes.is_empty()
+    }
+
+    /// The names of the actions a change of `path` in `root`, or of
+    /// anything below it, owes ([`pattern::may_cover_below`]).
     pub fn actions_for(&self, root: &str, path: &str) -> Vec<String> {
         self.actions
             .iter()
-            .filter(|a| a.root == root && pattern::matches(&a.path, path))
+            .filter(|a| a.root == root && pattern::may_cover_below(&a.path, path))
             .map(|a| a.name.clone())
             .collect()
     }
 
-    /// What would run for a change of `path` in `root`, one line each
-    /// (`durasync run --dry-run`).
+    /// What would run for a change of `path` in `root` (or below it), one
+    /// line each (`durasync run --dry-run`).
     pub fn describe(&self, root: &str, path: &str) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(g) = self.guards.get(root) {
@@ -67,17 +84,24 @@ impl Hooks {
                 out.push(format!("guard roots.{root}.max_removed_fraction = {f}"));
             }
         }
-        for v in self.validators.iter().filter(|v| v.root == root && pattern::matches(&v.path, path)) {
+        for v in self.validators.iter().filter(|v| v.root == root && pattern::may_cover_below(&v.path, path))
+        {
             out.push(format!("validator {}: {}", v.name, v.command.join(" ")));
         }
-        for a in self.actions.iter().filter(|a| a.root == root && pattern::matches(&a.path, path)) {
-            let what = match &a.run {
-                ActionRun::Command(argv) => argv.join(" "),
-                ActionRun::Signal { signal, pidfile } => {
-                    format!("SIG{signal} to the pid in {}", pidfile.display())
-                }
+        for a in self.actions.iter().filter(|a| a.root == root && pattern::may_cover_below(&a.path, path)) {
+            out.push(format!("action {} (after the change is durable): {}", a.name, a.run.describe()));
+        }
+        if let Some(p) = probation::probe_for(&self.probes, root, path) {
+            let what = match &p.check {
+                ProbeCheck::Command(argv) => argv.join(" "),
+                ProbeCheck::Http(url) => format!("GET {url}"),
             };
-            out.push(format!("action {} (after the change is durable): {what}", a.name));
+            out.push(format!(
+                "probe {} (agent only: every {} until it passes, reverted after {}): {what}",
+                p.name,
+                humantime::format_duration(p.interval),
+                humantime::format_duration(p.within)
+            ));
         }
         out
     }
@@ -93,8 +117,97 @@ pub fn validator_gate<'a>(v: &'a Validator, dir: &std::path::Path, name: &str) -
         path: name.to_owned(),
         guard: None,
         validators: vec![v],
-        owe: None,
+        actions: Vec::new(),
+        ledger: None,
+        probe: None,
+        run: None,
     }
+}
+
+/// What one run has done to each root so far, for the guardrails that
+/// bound a whole run and for the actions owed.
+#[derive(Debug, Default)]
+pub(crate) struct RunState {
+    /// Per root: its regular files when the run first changed it (the
+    /// plugin's files only), and the files the run's accepted changes
+    /// removed since.
+    removed: std::sync::Mutex<BTreeMap<String, (u64, u64)>>,
+    /// The actions owed by the last change a gate accepted (taken when it
+    /// is committed).
+    accepted: std::sync::Mutex<Option<Vec<String>>>,
+}
+
+impl RunState {
+    /// Refuse removing `removing` more files of `root` (at `dir`) when the
+    /// run's removals would then pass `max` of the files the root held when
+    /// the run first changed it; else count them.
+    pub(crate) fn remove_files(
+        &self,
+        root: &str,
+        dir: &std::path::Path,
+        max: f64,
+        removing: u64,
+    ) -> Result<(), crate::durable::Refusal> {
+        let mut removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+        let (start, so_far) = match removed.get(root) {
+            Some(&counts) => counts,
+            None => {
+                // Before the run's first change of this root: what it holds at the start.
+                let start = count_files(dir).map_err(|e| crate::durable::Refusal {
+                    by: "guard max_removed_fraction".into(),
+                    reason: format!("counting the files of root `{root}`: {e}"),
+                })?;
+                *removed.entry(root.to_owned()).or_insert((start, 0))
+            }
+        };
+        let total = so_far + removing;
+        if removing > 0 && total as f64 > max * start as f64 {
+            let earlier =
+                if so_far > 0 { format!(" ({so_far} by its earlier changes)") } else { String::new() };
+            return Err(crate::durable::Refusal {
+                by: "guard max_removed_fraction".into(),
+                reason: format!(
+                    "this run would remove {total} of the {start} files root `{root}` held at its start{earlier}, \
+                     more than roots.{root}.max_removed_fraction = {max}"
+                ),
+            });
+        }
+        removed.insert(root.to_owned(), (start, total));
+        Ok(())
+    }
+
+    pub(crate) fn accept(&self, names: Option<Vec<String>>) {
+        *self.accepted.lock().unwrap_or_else(|p| p.into_inner()) = names;
+    }
+
+    fn take_accepted(&self) -> Option<Vec<String>> {
+        self.accepted.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// The regular files beneath `dir` (or 1 for a regular file), durasync's
+/// own entries left out; 0 when nothing is there.
+fn count_files(dir: &std::path::Path) -> Result<u64, crate::durable::Error> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => {
+            return Err(crate::durable::Error::io(crate::durable::Step::Read, dir.display().to_string(), e));
+        }
+    };
+    if !meta.is_dir() {
+        return Ok(u64::from(meta.is_file()));
+    }
+    let fd = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::CLOEXEC
+            | rustix::fs::OFlags::NOFOLLOW,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| crate::durable::Error::io(crate::durable::Step::Read, dir.display().to_string(), e))?;
+    crate::durable::walk::count_files(std::os::fd::AsFd::as_fd(&fd), &dir.display().to_string())
 }
 
 /// One run's hooks: the manifest's, with each root's host directory (what
@@ -108,6 +221,8 @@ pub struct RunHooks {
     ledger: Option<Arc<Ledger>>,
     /// The actions owed by this run's committed changes.
     committed: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// What the run's changes did so far.
+    state: RunState,
 }
 
 impl RunHooks {
@@ -115,7 +230,7 @@ impl RunHooks {
     /// absolute here, so a validator's working directory does not matter).
     pub fn new(hooks: Arc<Hooks>, roots: BTreeMap<String, PathBuf>) -> RunHooks {
         let roots = roots.into_iter().map(|(n, p)| (n, std::path::absolute(&p).unwrap_or(p))).collect();
-        RunHooks { hooks, roots, ledger: None, committed: Default::default() }
+        RunHooks { hooks, roots, ledger: None, committed: Default::default(), state: RunState::default() }
     }
 
     /// The hooks of one run of `manifest`.
@@ -135,31 +250,10 @@ impl RunHooks {
     pub fn take_committed(&self) -> std::collections::BTreeSet<String> {
         std::mem::take(&mut *self.committed.lock().unwrap_or_else(|p| p.into_inner()))
     }
-}
 
-impl crate::services::Hooks for RunHooks {
-    fn gate<'a>(&'a self, root: &str, path: &str) -> Option<Box<dyn Gate + 'a>> {
-        let validators: Vec<&Validator> = self
-            .hooks
-            .validators
-            .iter()
-            .filter(|v| v.root == root && pattern::matches(&v.path, path))
-            .collect();
-        let guard = self.hooks.guards.get(root).copied();
-        let owe = match &self.ledger {
-            Some(l) => Some((l.as_ref(), self.hooks.actions_for(root, path))).filter(|(_, n)| !n.is_empty()),
-            None => None,
-        };
-        if validators.is_empty() && guard.is_none() && owe.is_none() {
-            return None;
-        }
-        let root_dir = self.roots.get(root)?.clone();
-        let path = path.to_owned();
-        Some(Box::new(gate::HookGate { root: root.to_owned(), root_dir, path, guard, validators, owe }))
-    }
-
-    fn removal(&self, root: &str, path: &str) -> Result<(), crate::durable::Refusal> {
-        if let Some(min) = self.hooks.guards.get(root).and_then(|g| g.min_files)
+    fn refusal_for_removal(&self, root: &str, path: &str) -> Result<(), crate::durable::Refusal> {
+        let Some(guard) = self.hooks.guards.get(root) else { return Ok(()) };
+        if let Some(min) = guard.min_files
             && min > 0
         {
             return Err(crate::durable::Refusal {
@@ -167,6 +261,61 @@ impl crate::services::Hooks for RunHooks {
                 reason: format!("a removal leaves no files there, fewer than roots.{root}.min_files = {min}"),
             });
         }
+        if let (Some(max), Some(dir)) = (guard.max_removed_fraction, self.roots.get(root)) {
+            let removing = count_files(&dir.join(path)).map_err(|e| crate::durable::Refusal {
+                by: "guard max_removed_fraction".into(),
+                reason: format!("counting the files of {root}:{path}: {e}"),
+            })?;
+            self.state.remove_files(root, dir, max, removing)?;
+        }
+        Ok(())
+    }
+}
+
+impl crate::services::Hooks for RunHooks {
+    fn gate<'a>(&'a self, root: &str, path: &str) -> Option<Box<dyn Gate + 'a>> {
+        self.state.accept(None);
+        let validators: Vec<&Validator> = self
+            .hooks
+            .validators
+            .iter()
+            .filter(|v| v.root == root && pattern::may_cover_below(&v.path, path))
+            .collect();
+        let guard = self.hooks.guards.get(root).copied();
+        let actions: Vec<&Action> = match &self.ledger {
+            Some(_) => self
+                .hooks
+                .actions
+                .iter()
+                .filter(|a| a.root == root && pattern::may_cover_below(&a.path, path))
+                .collect(),
+            None => Vec::new(),
+        };
+        let probe = match &self.ledger {
+            Some(_) => probation::probe_for(&self.hooks.probes, root, path),
+            None => None,
+        };
+        if validators.is_empty() && guard.is_none() && actions.is_empty() && probe.is_none() {
+            return None;
+        }
+        let root_dir = self.roots.get(root)?.clone();
+        let path = path.to_owned();
+        Some(Box::new(gate::HookGate {
+            root: root.to_owned(),
+            root_dir,
+            path,
+            guard,
+            validators,
+            actions,
+            ledger: self.ledger.as_deref(),
+            probe,
+            run: Some(&self.state),
+        }))
+    }
+
+    fn removal(&self, root: &str, path: &str) -> Result<(), crate::durable::Refusal> {
+        self.state.accept(None);
+        self.refusal_for_removal(root, path)?;
         // Accepted: the actions the removal owes are recorded, durably,
         // before the caller removes anything — so before the removal's
         // commit fsync, as a gate records a sync's (ledger.rs, "Ordering").
@@ -178,13 +327,56 @@ impl crate::services::Hooks for RunHooks {
                     crate::durable::Refusal { by: "action ledger".into(), reason: e.to_string() }
                 })?;
             }
+            self.state.accept(Some(names));
+        }
+        Ok(())
+    }
+
+    fn exchange(&self, root: &str, a: &str, b: &str) -> Result<(), crate::durable::Refusal> {
+        // An exchange swaps two trees the plugin made, neither staged nor
+        // made durable by durasync: there is no staged copy to show a
+        // validator, no count before and after for a guardrail, and no
+        // commit after which an action is owed (the plugin's own fsync
+        // decides). So where any hook covers either side (or anything
+        // below it), it is refused: the plugin uses sync or write-file,
+        // which pass every hook, there.
+        let refuse = |by: String, side: &str| crate::durable::Refusal {
+            by,
+            reason: format!(
+                "an exchange would change {root}:{side}, which it covers, with nothing staged to check; \
+                 use sync or write-file there"
+            ),
+        };
+        if let Some(g) = self.hooks.guards.get(root).filter(|g| !g.is_empty()) {
+            let by = if g.min_files.is_some() { "guard min_files" } else { "guard max_removed_fraction" };
+            return Err(refuse(by.into(), a));
+        }
+        for side in [a, b] {
+            if let Some(v) = self
+                .hooks
+                .validators
+                .iter()
+                .find(|v| v.root == root && pattern::may_cover_below(&v.path, side))
+            {
+                return Err(refuse(format!("validator {}", v.name), side));
+            }
+            if let Some(act) =
+                self.hooks.actions.iter().find(|x| x.root == root && pattern::may_cover_below(&x.path, side))
+            {
+                return Err(refuse(format!("action {}", act.name), side));
+            }
+            if let Some(p) = probation::probe_for(&self.hooks.probes, root, side) {
+                return Err(refuse(format!("probe {}", p.name), side));
+            }
         }
         Ok(())
     }
 
     fn committed(&self, root: &str, path: &str) {
         let Some(ledger) = &self.ledger else { return };
-        let names = self.hooks.actions_for(root, path);
+        // The actions the accepting gate (or removal) found owed; without
+        // one (no gate was asked), whatever may cover the path.
+        let names = self.state.take_accepted().unwrap_or_else(|| self.hooks.actions_for(root, path));
         if names.is_empty() {
             return;
         }

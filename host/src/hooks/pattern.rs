@@ -1,6 +1,14 @@
 //! Path patterns of validators and actions: which changed paths (relative
 //! to their root, `/`-separated) a hook applies to.
 //!
+//! A hook applies to a change when its pattern [`covers`] one of the paths
+//! the change adds, rewrites or removes — every file and directory, at any
+//! depth below the synced directory, and that directory itself — never
+//! merely the path the plugin named in its call. A pattern covers a path it
+//! matches and every path below one it matches: a pattern naming a
+//! directory (`secrets/*` names `secrets/tls`) covers every file beneath
+//! it (`secrets/tls/tls.key`), whichever call changes it.
+//!
 //! A small glob, matched component by component: `*` matches any run of
 //! characters inside one component, `?` one character, `**` (a whole
 //! component) any number of components, including none. Nothing else is
@@ -16,6 +24,38 @@ pub fn matches(pattern: &str, path: &str) -> bool {
     let pat: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     match_components(&pat, &comps)
+}
+
+/// Whether `pattern` covers `path`: it matches `path` or one of the
+/// directories above it (below the root). A sync, a write and a removal
+/// ask this of every path they change.
+pub fn covers(pattern: &str, path: &str) -> bool {
+    let pat: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();
+    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    (1..=comps.len()).any(|n| match_components(&pat, &comps[..n])) || (comps.is_empty() && pat.is_empty())
+}
+
+/// Whether `pattern` may cover `path` or anything below it: it covers
+/// `path`, or some longer path beneath `path` could match it. For a change
+/// whose files are not listed (an `exchange` moves whole trees).
+pub fn may_cover_below(pattern: &str, path: &str) -> bool {
+    let pat: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();
+    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    covers(pattern, path) || prefix_matches(&pat, &comps)
+}
+
+/// Whether some path starting with `comps` (at least one more component)
+/// matches `pat`.
+fn prefix_matches(pat: &[&str], comps: &[&str]) -> bool {
+    match pat.split_first() {
+        None => false,
+        _ if comps.is_empty() => true,
+        // `**` takes `comps` and the rest matches the components added.
+        Some((&"**", _)) => true,
+        Some((p, rest)) => comps
+            .split_first()
+            .is_some_and(|(c, more)| match_one(p.as_bytes(), c.as_bytes()) && prefix_matches(rest, more)),
+    }
 }
 
 fn match_components(pat: &[&str], comps: &[&str]) -> bool {
@@ -93,6 +133,36 @@ mod tests {
         ];
         for (p, s, want) in table {
             assert_eq!(matches(p, s), want, "{p} ~ {s}");
+        }
+    }
+
+    #[test]
+    fn a_pattern_covers_what_it_matches_and_everything_below_it() {
+        use super::{covers, may_cover_below};
+        let table = [
+            ("secrets/*", "secrets/tls/tls.key", true),
+            ("secrets/*", "secrets/tls", true),
+            ("secrets/*", "secrets", false),
+            ("secrets", "secrets/tls/tls.key", true),
+            ("conf/only.json", "conf/other", false),
+            ("conf/only.json", "conf", false),
+            ("*.json", "d/a.json", false),
+            ("**/*.json", "d/a.json", true),
+            ("**", "a", true),
+        ];
+        for (p, s, want) in table {
+            assert_eq!(covers(p, s), want, "{p} covers {s}");
+        }
+        let below = [
+            ("conf/d", "conf", true),
+            ("conf/d", "tmp", false),
+            ("conf/*/x", "conf", true),
+            ("**/x", "tmp", true),
+            ("conf", "conf/sub", true),
+            ("conf/sub/x", "conf/other", false),
+        ];
+        for (p, s, want) in below {
+            assert_eq!(may_cover_below(p, s), want, "{p} may cover below {s}");
         }
     }
 }

@@ -27,6 +27,8 @@ pub struct Plugin {
     /// The manifest digest it was pulled by, for a component from a
     /// registry.
     pub manifest_digest: Option<String>,
+    /// Who signed, verified at load (see `trust::Verified::signed_by`).
+    pub signed_by: Option<String>,
 }
 
 /// What a call left behind: the session and the guest's stdio.
@@ -43,7 +45,7 @@ impl Plugin {
         sha256: String,
         interface: Interface,
     ) -> Self {
-        Plugin { pre, engine, sha256, interface, manifest_digest: None }
+        Plugin { pre, engine, sha256, interface, manifest_digest: None, signed_by: None }
     }
 
     /// Call `describe` with default limits and no roots.

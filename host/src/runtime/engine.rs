@@ -42,6 +42,10 @@ pub struct Fetched {
     pub sha256: String,
     /// The manifest digest, for a component from a registry.
     pub manifest_digest: Option<String>,
+    /// Who signed, when signatures were verified: each key as `FILE (key id
+    /// HEX)`, each keyless certificate as `IDENTITY (issuer …, LOG log index
+    /// N)`, joined by `; `.
+    pub signed_by: Option<String>,
     /// The state of the local file the bytes were read from, when nothing
     /// changed it while it was read: remembered with the pin once the
     /// component has loaded ([`super::pins`]).
@@ -150,7 +154,13 @@ impl Runtime {
                 let state = FileState::of(&before);
                 let unchanged = file.metadata().is_ok_and(|after| FileState::of(&after) == state);
                 let file_state = unchanged.then_some(state);
-                Ok(Fetched { bytes: wasm, sha256: actual, manifest_digest: None, file_state })
+                Ok(Fetched {
+                    bytes: wasm,
+                    sha256: actual,
+                    manifest_digest: None,
+                    signed_by: None,
+                    file_state,
+                })
             }
             Source::Oci(reference) => {
                 let v = trust::verified_component(self.registry()?, reference, &manifest.policy())?;
@@ -168,6 +178,7 @@ impl Runtime {
                     bytes,
                     sha256: v.sha256,
                     manifest_digest: Some(v.manifest_digest),
+                    signed_by: v.signed_by,
                     file_state: None,
                 })
             }
@@ -192,6 +203,7 @@ impl Runtime {
         let compiled = self.compile(&manifest.name, &fetched.bytes)?;
         let mut plugin = self.link(&manifest.name, compiled)?;
         plugin.manifest_digest.clone_from(&fetched.manifest_digest);
+        plugin.signed_by.clone_from(&fetched.signed_by);
         self.remember(&fetched);
         Ok(plugin)
     }

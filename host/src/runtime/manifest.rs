@@ -8,8 +8,12 @@
 //! sha256 = "<64 lowercase hex>"     # required for a file; a mismatch refuses to load
 //! flush = "auto"                    # optional: "auto", "fsync" or "syncfs" (durable::Flush)
 //! [verify]                          # oci:// only: cosign signature policy
-//! keys = ["vendor.pub"]             # PEM public keys; a signature by any one suffices
+//! keys = ["vendor.pub"]             # PEM public keys; a signature by any one suffices, or
+//! # keys = [{ path = "new.pub", not_before = "2026-01-01T00:00:00Z", not_after = "…" }]
 //! annotations = { channel = "stable" }  # optional: required payload annotations
+//! require = "any"                   # optional: "any" (default) or "all"; or threshold = N
+//! revoked_keys = ["<sha256 hex of a key's DER>"]  # optional: these keys' signatures never count
+//! revoked_digests = ["sha256:…"]    # optional: manifest or component digests always refused
 //! [roots.certs]                     # one table per granted root
 //! path = "/var/lib/certs"           # absolute, or relative to the manifest's directory
 //! access = "rw"                     # "rw" or "ro"
@@ -112,16 +116,42 @@ pub struct Verify {
     pub keys: Vec<PublicKey>,
     /// Annotations the signature payload must carry.
     pub annotations: BTreeMap<String, String>,
+    /// Keyless signers accepted.
+    pub identities: Vec<trust::Identity>,
+    /// The trusted root for keyless bundles (and key-signed bundles' log entries).
+    pub trusted_root: Option<std::sync::Arc<trust::TrustedRoot>>,
+    /// How many distinct keys and identities must have signed.
+    pub require: trust::Require,
+    /// Revoked key ids.
+    pub revoked_keys: Vec<String>,
+    /// Revoked manifest and component digests.
+    pub revoked_digests: Vec<String>,
 }
 
 /// The most keys a `[verify]` table may list.
 pub const MAX_KEYS: usize = 32;
+/// The most identities a `[verify]` table may list.
+pub const MAX_IDENTITIES: usize = 32;
+/// The most entries `revoked_keys` and `revoked_digests` may each list.
+pub const MAX_REVOKED: usize = 1024;
 /// The largest public key file read.
 const MAX_KEY_BYTES: u64 = 16 * 1024;
 
-const TOP_KEYS: &[&str] =
-    &["name", "wasm", "sha256", "flush", "verify", "roots", "limits", "config", "validate", "action"];
-const VERIFY_KEYS: &[&str] = &["keys", "annotations"];
+const TOP_KEYS: &[&str] = &[
+    "name", "wasm", "sha256", "flush", "verify", "roots", "limits", "config", "validate", "action", "probe",
+];
+const VERIFY_KEYS: &[&str] = &[
+    "keys",
+    "annotations",
+    "identities",
+    "trusted_root",
+    "require",
+    "threshold",
+    "revoked_keys",
+    "revoked_digests",
+];
+const KEY_KEYS: &[&str] = &["path", "not_before", "not_after"];
+const IDENTITY_KEYS: &[&str] = &["issuer", "subject", "subject_regex", "not_before", "not_after"];
 const ROOT_KEYS: &[&str] = &["path", "access", "special_modes", "min_files", "max_removed_fraction"];
 const LIMIT_KEYS: &[&str] = &[
     "fuel",
@@ -195,7 +225,8 @@ impl Manifest {
             let policy = trust::Policy {
                 sha256: sha256.clone(),
                 keys: verify.keys.clone(),
-                annotations: BTreeMap::new(),
+                identities: verify.identities.clone(),
+                ..trust::Policy::default()
             };
             policy.require_trust(r).map_err(|e| bad("wasm", e.to_string()))?;
         }
@@ -292,7 +323,8 @@ impl Manifest {
             config::parse_validators(table.get("validate"), &root_names).map_err(|(k, w)| bad(&k, w))?;
         let actions =
             config::parse_actions(table.get("action"), &root_names, &base).map_err(|(k, w)| bad(&k, w))?;
-        let hooks = Hooks { validators, guards: config::guards(guards), actions };
+        let probes = config::parse_probes(table.get("probe"), &root_names).map_err(|(k, w)| bad(&k, w))?;
+        let hooks = Hooks { validators, guards: config::guards(guards), actions, probes };
 
         Ok(Manifest {
             hooks,
@@ -314,6 +346,11 @@ impl Manifest {
             sha256: self.sha256.clone(),
             keys: self.verify.keys.clone(),
             annotations: self.verify.annotations.clone(),
+            identities: self.verify.identities.clone(),
+            trusted_root: self.verify.trusted_root.clone(),
+            require: self.verify.require,
+            revoked_keys: self.verify.revoked_keys.clone(),
+            revoked_digests: self.verify.revoked_digests.clone(),
         }
     }
 
@@ -338,17 +375,38 @@ fn parse_verify(t: &toml::Table, base: &Path) -> Result<Verify, (String, String)
     check_keys(t, "verify", VERIFY_KEYS).map_err(|k| (k, unknown(VERIFY_KEYS)))?;
     let mut verify = Verify::default();
     match t.get("keys") {
-        None => return Err(("verify.keys".into(), "is required: a list of cosign public key files".into())),
+        None if t.contains_key("identities") => {}
+        None => {
+            return Err((
+                "verify.keys".into(),
+                "is required unless `identities` is given: a list of cosign public key files".into(),
+            ));
+        }
         Some(toml::Value::Array(a)) if !a.is_empty() && a.len() <= MAX_KEYS => {
-            for v in a {
-                let Some(p) = v.as_str() else {
-                    return Err((
-                        "verify.keys".into(),
-                        format!("must hold file names, not {}", v.type_str()),
-                    ));
+            for (i, v) in a.iter().enumerate() {
+                let name = format!("verify.keys[{i}]");
+                let (p, window) = match v {
+                    toml::Value::String(p) => (p.as_str(), trust::Window::default()),
+                    toml::Value::Table(t) => {
+                        check_keys(t, &name, KEY_KEYS).map_err(|k| (k, unknown(KEY_KEYS)))?;
+                        let Some(p) = t.get("path").and_then(|p| p.as_str()) else {
+                            return Err((format!("{name}.path"), "is required: the key file's name".into()));
+                        };
+                        (p, window(t, &name)?)
+                    }
+                    other => {
+                        return Err((
+                            name,
+                            format!(
+                                "must be a file name or a `{{ path, not_before, not_after }}` table, not {}",
+                                other.type_str()
+                            ),
+                        ));
+                    }
                 };
                 let path = base.join(p);
-                let key = read_key(&path).map_err(|w| ("verify.keys".to_owned(), w))?;
+                let mut key = read_key(&path).map_err(|w| (name, w))?;
+                key.window = window;
                 verify.keys.push(key);
             }
         }
@@ -371,7 +429,133 @@ fn parse_verify(t: &toml::Table, base: &Path) -> Result<Verify, (String, String)
         }
         Some(_) => return Err(("verify.annotations".into(), "must be a table of strings".into())),
     }
+    match t.get("trusted_root") {
+        None => {}
+        Some(toml::Value::String(p)) => {
+            let root =
+                trust::TrustedRoot::read(&base.join(p)).map_err(|w| ("verify.trusted_root".to_owned(), w))?;
+            verify.trusted_root = Some(std::sync::Arc::new(root));
+        }
+        Some(other) => {
+            return Err((
+                "verify.trusted_root".into(),
+                format!("must be a file name, not {}", other.type_str()),
+            ));
+        }
+    }
+    match t.get("identities") {
+        None => {}
+        Some(toml::Value::Array(a)) if !a.is_empty() && a.len() <= MAX_IDENTITIES => {
+            if verify.trusted_root.is_none() {
+                return Err((
+                    "verify.trusted_root".into(),
+                    "is required with `identities`: the Sigstore trusted_root.json keyless signatures \
+                     are checked against"
+                        .into(),
+                ));
+            }
+            for (i, v) in a.iter().enumerate() {
+                let key = format!("verify.identities[{i}]");
+                let Some(it) = v.as_table() else {
+                    return Err((key, "must be a table `{ issuer = \"…\", subject_regex = \"…\" }`".into()));
+                };
+                check_keys(it, &key, IDENTITY_KEYS).map_err(|k| (k, unknown(IDENTITY_KEYS)))?;
+                let text = |k: &str| match it.get(k) {
+                    None => Ok(None),
+                    Some(toml::Value::String(s)) => Ok(Some(s.as_str())),
+                    Some(other) => {
+                        Err((format!("{key}.{k}"), format!("must be a string, not {}", other.type_str())))
+                    }
+                };
+                let issuer = text("issuer")?.unwrap_or_default();
+                let mut identity = trust::Identity::new(issuer, text("subject")?, text("subject_regex")?)
+                    .map_err(|w| (key.clone(), w))?;
+                identity.window = window(it, &key)?;
+                verify.identities.push(identity);
+            }
+        }
+        Some(_) => {
+            return Err((
+                "verify.identities".into(),
+                format!(
+                    "must be a list of 1 to {MAX_IDENTITIES} `{{ issuer, subject | subject_regex }}` tables"
+                ),
+            ));
+        }
+    }
+    let signers = verify.keys.len() + verify.identities.len();
+    verify.require = match (t.get("require"), t.get("threshold")) {
+        (Some(_), Some(_)) => {
+            return Err(("verify.threshold".into(), "cannot be given with `require`: use one".into()));
+        }
+        (None, None) => trust::Require::Any,
+        (Some(toml::Value::String(r)), None) if r == "any" => trust::Require::Any,
+        (Some(toml::Value::String(r)), None) if r == "all" => trust::Require::All,
+        (Some(_), None) => {
+            return Err((
+                "verify.require".into(),
+                "must be \"any\" or \"all\" (or give `threshold = N` instead)".into(),
+            ));
+        }
+        (None, Some(toml::Value::Integer(n)))
+            if *n >= 1 && usize::try_from(*n).is_ok_and(|n| n <= signers) =>
+        {
+            trust::Require::Threshold(usize::try_from(*n).unwrap_or(1))
+        }
+        (None, Some(_)) => {
+            return Err((
+                "verify.threshold".into(),
+                format!("must be a whole number from 1 to {signers} (the keys and identities listed)"),
+            ));
+        }
+    };
+    verify.revoked_keys = hex_list(t, "revoked_keys", "", "the sha256 of a key's DER public key")?;
+    verify.revoked_digests = hex_list(t, "revoked_digests", "sha256:", "a manifest or component digest")?;
     Ok(verify)
+}
+
+/// A `not_before`/`not_after` window of table `t` (`name` names it).
+fn window(t: &toml::Table, name: &str) -> Result<trust::Window, (String, String)> {
+    let mut text = [None, None];
+    for (slot, field) in text.iter_mut().zip(["not_before", "not_after"]) {
+        *slot = match t.get(field) {
+            None => None,
+            Some(toml::Value::String(s)) => Some(s.as_str()),
+            Some(other) => {
+                return Err((
+                    format!("{name}.{field}"),
+                    format!("must be an RFC 3339 time string, not {}", other.type_str()),
+                ));
+            }
+        };
+    }
+    trust::Window::parse(text[0], text[1]).map_err(|(field, why)| (format!("{name}.{field}"), why))
+}
+
+/// `[verify] KEY`: up to [`MAX_REVOKED`] strings, each `prefix` and 64
+/// lowercase hex digits.
+fn hex_list(t: &toml::Table, key: &str, prefix: &str, what: &str) -> Result<Vec<String>, (String, String)> {
+    let name = format!("verify.{key}");
+    let Some(v) = t.get(key) else { return Ok(Vec::new()) };
+    let Some(a) = v.as_array().filter(|a| a.len() <= MAX_REVOKED) else {
+        return Err((name, format!("must be a list of at most {MAX_REVOKED} strings")));
+    };
+    let mut out = Vec::with_capacity(a.len());
+    for (i, v) in a.iter().enumerate() {
+        let hex = v.as_str().and_then(|s| s.strip_prefix(prefix));
+        match hex {
+            Some(h) if h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
+                out.push(format!("{prefix}{h}"));
+            }
+            _ => {
+                return Err((
+                    format!("{name}[{i}]"),
+                    format!("must be {prefix}<64 lowercase hex digits>: {what}"),
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Read a cosign public key file (PEM), with a size limit.
@@ -517,6 +701,110 @@ mod tests {
     }
 
     #[test]
+    fn verify_takes_key_windows_a_requirement_and_revocations_strictly() {
+        use p256::pkcs8::EncodePublicKey as _;
+        let dir = tempfile::tempdir().unwrap();
+        for (seed, name) in [(1u8, "old.pub"), (2, "new.pub")] {
+            let sk = p256::ecdsa::SigningKey::from_slice(&[seed; 32]).unwrap();
+            let pem = sk.verifying_key().to_public_key_pem(Default::default()).unwrap();
+            std::fs::write(dir.path().join(name), pem).unwrap();
+        }
+        let (old, new) = (dir.path().join("old.pub"), dir.path().join("new.pub"));
+        let head = "name = \"x\"\nwasm = \"oci://r.example/a:1\"\n[verify]\n";
+        let keys = format!(
+            "keys = [\"{}\", {{ path = \"{}\", not_before = \"2026-01-01T00:00:00Z\" }}]\n",
+            old.display(),
+            new.display()
+        );
+        let revoked = format!("revoked_keys = [\"{SHA}\"]\nrevoked_digests = [\"sha256:{SHA}\"]\n");
+        let m = parse(&format!("{head}{keys}require = \"all\"\n{revoked}")).unwrap();
+        let policy = m.policy();
+        assert_eq!(policy.keys.len(), 2);
+        assert_eq!(policy.keys[0].window, trust::Window::default());
+        assert_eq!(policy.keys[1].window.not_before, Some(1_767_225_600));
+        assert_eq!(policy.require, trust::Require::All);
+        assert_eq!(policy.revoked_keys, vec![SHA.to_owned()]);
+        assert_eq!(policy.revoked_digests, vec![format!("sha256:{SHA}")]);
+        assert_eq!(parse(&format!("{head}{keys}")).unwrap().policy().require, trust::Require::Any);
+        let t = parse(&format!("{head}{keys}threshold = 2\n")).unwrap();
+        assert_eq!(t.policy().require, trust::Require::Threshold(2));
+
+        let why = |text: String| parse(&text).unwrap_err().to_string();
+        let cases = [
+            (format!("{keys}threshold = 3\n"), "verify.threshold", "1 to 2"),
+            (format!("{keys}threshold = 0\n"), "verify.threshold", "1 to 2"),
+            (format!("{keys}require = \"all\"\nthreshold = 1\n"), "verify.threshold", "with `require`"),
+            (format!("{keys}require = \"most\"\n"), "verify.require", "\"any\" or \"all\""),
+            (format!("{keys}revoked_keys = [\"abc\"]\n"), "verify.revoked_keys[0]", "64 lowercase hex"),
+            (format!("{keys}revoked_digests = [\"{SHA}\"]\n"), "verify.revoked_digests[0]", "sha256:"),
+            (format!("{keys}revoked_digests = \"sha256:{SHA}\"\n"), "verify.revoked_digests", "list"),
+            (
+                format!("keys = [{{ path = \"{}\", not_after = \"soon\" }}]\n", old.display()),
+                "verify.keys[0].not_after",
+                "RFC 3339",
+            ),
+            (
+                format!("keys = [{{ path = \"{}\", until = \"x\" }}]\n", old.display()),
+                "verify.keys[0].until",
+                "unknown key",
+            ),
+            (
+                "keys = [{ not_before = \"2026-01-01T00:00:00Z\" }]\n".to_owned(),
+                "verify.keys[0].path",
+                "required",
+            ),
+            ("keys = [1]\n".to_owned(), "verify.keys[0]", "not integer"),
+        ];
+        for (text, key, what) in cases {
+            let e = why(format!("{head}{text}"));
+            assert!(e.contains(key) && e.contains(what), "{text}: {e}");
+        }
+        let many: Vec<String> = (0..=MAX_REVOKED).map(|_| format!("\"{SHA}\"")).collect();
+        let e = why(format!("{head}{keys}revoked_keys = [{}]\n", many.join(",")));
+        assert!(e.contains("verify.revoked_keys") && e.contains("at most 1024"), "{e}");
+    }
+
+    #[test]
+    fn keyless_identities_need_a_trusted_root_and_bad_ones_name_the_key() {
+        use base64::Engine as _;
+        use p256::pkcs8::EncodePublicKey as _;
+        let dir = tempfile::tempdir().unwrap();
+        let der = p256::ecdsa::SigningKey::from_slice(&[7; 32])
+            .unwrap()
+            .verifying_key()
+            .to_public_key_der()
+            .unwrap();
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let root = dir.path().join("trusted_root.json");
+        std::fs::write(
+            &root,
+            serde_json::json!({"tlogs": [{"baseUrl": "https://log", "publicKey": {"rawBytes": b64(der.as_bytes()),
+                "validFor": {"start": "2020-01-01T00:00:00Z"}}, "logId": {"keyId": b64(&[1; 32])}}]})
+            .to_string(),
+        )
+        .unwrap();
+        let head = "name = \"x\"\nwasm = \"oci://r.example/a:1\"\n[verify]\n";
+        let id = "identities = [{ issuer = \"https://i\", subject_regex = \"^https://github.com/v/\" }]\n";
+        let tr = format!("trusted_root = \"{}\"\n", root.display());
+        let m = parse(&format!("{head}{id}{tr}")).unwrap();
+        let policy = m.policy();
+        assert_eq!(policy.identities.len(), 1);
+        assert_eq!(policy.trusted_root.as_ref().unwrap().logs.len(), 1);
+        assert!(policy.keys.is_empty());
+        let why = |text: String| parse(&text).unwrap_err().to_string();
+        assert!(why(format!("{head}{id}")).contains("verify.trusted_root"));
+        let e = why(format!("{head}identities = [{{ issuer = \"i\", subject_regex = \"(\" }}]\n{tr}"));
+        assert!(e.contains("verify.identities[0]") && e.contains("subject_regex"), "{e}");
+        let e = why(format!("{head}identities = [{{ issuer = \"i\", subject = \"s\", san = \"s\" }}]\n{tr}"));
+        assert!(e.contains("verify.identities[0].san"), "{e}");
+        let e = why(format!("{head}identities = []\n{tr}"));
+        assert!(e.contains("verify.identities"), "{e}");
+        let e = why(format!("{head}{id}trusted_root = \"missing.json\"\n"));
+        assert!(e.contains("verify.trusted_root") && e.contains("missing.json"), "{e}");
+        assert!(why(format!("{head}trusted_root = \"{}\"\n", root.display())).contains("verify.keys"));
+    }
+
+    #[test]
     fn hook_tables_parse_and_bad_ones_name_the_key() {
         use crate::hooks::ActionRun;
         let head = format!(
@@ -557,6 +845,29 @@ mod tests {
                 format!("{head}[[action]]\nroot = \"c\"\nsignal = \"KILL\"\npidfile = \"p\"\n"),
                 "action[0].signal",
             ),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\nurl = \"http://10.1.2.3/-/reload\"\n"),
+                "action[0].url",
+            ),
+            (format!("{head}[[action]]\nroot = \"c\"\nurl = \"file:///x\"\n"), "action[0].url"),
+            (format!("{head}[[action]]\nroot = \"c\"\nurl = \"http://[::1]/\"\n{cmd}"), "action[0]"),
+            (format!("{head}[[action]]\nroot = \"c\"\n{cmd}method = \"GET\"\n"), "action[0].method"),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\nurl = \"http://localhost/\"\nmethod = \"TRACE\"\n"),
+                "action[0].method",
+            ),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\nurl = \"http://localhost/\"\nexpect = 99\n"),
+                "action[0].expect",
+            ),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\nurl = \"http://localhost/\"\nexpect = []\n"),
+                "action[0].expect",
+            ),
+            (
+                format!("{head}[[action]]\nroot = \"c\"\nurl = \"http://localhost/\"\nallow_remote = 1\n"),
+                "action[0].allow_remote",
+            ),
             (format!("{head}max_removed_fraction = 2\n"), "roots.c.max_removed_fraction"),
             (format!("{head}min_files = -1\n"), "roots.c.min_files"),
             (format!("{head}validate = 1\n"), "roots.c.validate"),
@@ -566,6 +877,47 @@ mod tests {
             let Error::Manifest { key: got, .. } = &err else { panic!("{text}: {err}") };
             assert_eq!(got, key, "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn an_http_action_parses_with_its_defaults_and_is_described() {
+        use crate::hooks::ActionRun;
+        let head = format!(
+            "name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n[roots.c]\npath = \"/c\"\naccess = \"rw\"\n"
+        );
+        let m = parse(&format!(
+            "{head}[[action]]\nroot = \"c\"\nurl = \"http://LOCALHOST:9090/-/reload\"\n\
+             [[action]]\nname = \"envoy\"\nroot = \"c\"\nurl = \"https://10.0.0.5:9901/x\"\nallow_remote = true\n\
+             method = \"put\"\nexpect = [200, 204]\n"
+        ))
+        .unwrap();
+        let (a, b) = (&m.hooks.actions[0], &m.hooks.actions[1]);
+        assert_eq!(a.name, "reload");
+        assert_eq!(
+            a.run,
+            ActionRun::Http {
+                method: "POST".into(),
+                url: "http://localhost:9090/-/reload".into(),
+                expect: vec![],
+                allow_remote: false
+            }
+        );
+        assert_eq!(
+            b.run,
+            ActionRun::Http {
+                method: "PUT".into(),
+                url: "https://10.0.0.5:9901/x".into(),
+                expect: vec![200, 204],
+                allow_remote: true
+            }
+        );
+        assert_eq!(
+            m.hooks.describe("c", "f"),
+            [
+                "action reload (after the change is durable): POST http://localhost:9090/-/reload (expects 2xx)",
+                "action envoy (after the change is durable): PUT https://10.0.0.5:9901/x (expects 200 or 204)",
+            ]
+        );
     }
 
     #[test]

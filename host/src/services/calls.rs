@@ -281,6 +281,20 @@ impl Session {
         if self.dry_run {
             return plan::exchange(fa.as_fd(), na, a, fb.as_fd(), nb, b);
         }
+        // Every mutating call passes the operator's hooks for what it
+        // changes: an exchange, with nothing staged, is refused where any
+        // covers either side (see `hooks::RunHooks::exchange`).
+        if let Some(h) = self.hooks.clone() {
+            let (full_a, full_b) = (join(&dir.rel, a), join(&dir.rel, b));
+            if let Err(r) = h.exchange(&dir.root, &full_a, &full_b) {
+                let msg = format!(
+                    "{}:{full_a} <-> {}:{full_b}: exchange refused by {}: {}; nothing was changed",
+                    dir.root, dir.root, r.by, r.reason
+                );
+                self.reject(&r.by, &msg);
+                return Err(Error::NotGranted(msg));
+            }
+        }
         durable::exchange(fa.as_fd(), na, fb.as_fd(), nb, &self.core_options()).map_err(core)?;
         Ok((Done::just(Ended::Exchanged), ()))
     }

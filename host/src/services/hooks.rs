@@ -8,12 +8,21 @@ use crate::durable::{Gate, Refusal};
 /// The operator's hooks for one run.
 pub trait Hooks: Send + Sync + std::fmt::Debug {
     /// The gate for a change of `path` (relative to root `root`, the synced
-    /// directory or the written file); `None` when nothing applies to it.
+    /// directory or the written file); `None` when nothing can apply to it
+    /// or anything below it. The gate decides which hooks apply from the
+    /// paths the change turns out to touch.
     fn gate<'a>(&'a self, root: &str, path: &str) -> Option<Box<dyn Gate + 'a>>;
 
     /// Whether `path` in `root` may be removed (a guardrail may refuse).
     fn removal(&self, root: &str, path: &str) -> Result<(), Refusal> {
         let _ = (root, path);
+        Ok(())
+    }
+
+    /// Whether `a` and `b` in `root` may be exchanged: refused where a hook
+    /// covers either side (an exchange has no staged copy to check).
+    fn exchange(&self, root: &str, a: &str, b: &str) -> Result<(), Refusal> {
+        let _ = (root, a, b);
         Ok(())
     }
 

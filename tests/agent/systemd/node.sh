@@ -67,6 +67,9 @@ http_get() {
     printf '%s\n' "${response#*$'\r\n\r\n'}"
 }
 
+# /readyz's body holds $1.
+readyz_says() { http_get /readyz | grep -qF "$1"; }
+
 # certs: a root inside ReadWritePaths; its input is a command (blocked
 # while $RUN/hold exists, so a run can be held in flight).
 manifest_certs_command() {
@@ -122,7 +125,7 @@ check_programs_are_essential() {
 }
 
 control_plane() {
-    mkdir -p $RUN /etc/durasync/agent.d $SPR/certs /srv/outside
+    mkdir -p $RUN /etc/durasync/agent.d $SPR/certs $SPR/hooked /srv/outside
     [ -d /etc/kubernetes/manifests ] || fail "/etc/kubernetes/manifests is missing"
     check_programs_are_essential
     set_input certs 1
@@ -130,6 +133,23 @@ control_plane() {
     manifest_certs_command
     # outside: a root outside ReadWritePaths (read-only under ProtectSystem=strict).
     manifest_file_input outside /srv/outside
+    # hooked: a validator and an action, whose ledger is in the unit's
+    # StateDirectory (/var/lib/durasync, the default --state-dir). The
+    # validator sees the staged copy of the directory synced ({staged} is
+    # secrets/tls's, not the root's): it checks the key there.
+    set_input hooked 1
+    manifest_file_input hooked $SPR/hooked
+    cat >>/etc/durasync/agent.d/hooked.toml <<EOF
+[[validate]]
+name = "key-present"
+root = "certs"
+path = "secrets/**"
+command = ["/bin/sh", "-c", "test -s \\"\$1/tls.key\\"", "validator", "{staged}"]
+[[action]]
+name = "reload"
+root = "certs"
+command = ["/bin/sh", "-c", "[ ! -e $RUN/action-fails ] || exit 1; grep -h generation $SPR/hooked/secrets/tls/tls.crt >>$SPR/hooked-actions.log"]
+EOF
 
     # 1. Type=notify: activating while the first round runs, active after it.
     touch $RUN/hold
@@ -145,9 +165,29 @@ control_plane() {
     journal | grep -q 'first round done' || fail "no 'first round done' in the journal"
     ok active-after-first-round
 
-    # 2. STATUS=: one instance ready, one failing.
-    [ "$(prop StatusText)" = "2 instances, 1 ready, 1 not ready" ] || fail "StatusText=$(prop StatusText)"
+    # 2. STATUS=: two instances ready, one failing.
+    [ "$(prop StatusText)" = "3 instances, 2 ready, 1 not ready" ] || fail "StatusText=$(prop StatusText)"
     ok status-text
+
+    # 2b. The validator accepted, the action ran once the change was
+    # durable, its ledger on the node's disk; a change of the input runs
+    # both again.
+    wait_until "hooked is generation 1" generation_is $SPR/hooked 1
+    wait_until "hooked's action ran" grep -qx "generation 1 tls.crt" $SPR/hooked-actions.log
+    [ -d /var/lib/durasync/actions ] || fail "no ledger directory in the StateDirectory"
+    set_input hooked 2
+    wait_until "hooked is generation 2" generation_is $SPR/hooked 2
+    wait_until "hooked's action ran for generation 2" grep -qx "generation 2 tls.crt" $SPR/hooked-actions.log
+    journal | grep 'hooked' | grep -qi 'read-only' && fail "the ledger is read-only: $(journal | grep hooked)"
+    # The ledger survives a restart of the unit: an action that fails stays
+    # owed in /var/lib/durasync (the StateDirectory) and /readyz names it;
+    # after the stop (step 5) and the start (step 6) it runs from the ledger.
+    touch $RUN/action-fails
+    set_input hooked 3
+    wait_until "hooked is generation 3" generation_is $SPR/hooked 3
+    wait_until "the failed action is owed" grep -qx reload /var/lib/durasync/actions/hooked.owed
+    wait_until "/readyz names the failed action" readyz_says 'action reload failed: exited with status 1'
+    ok action-and-validator
 
     # 3. The hardening is enforced: the root outside ReadWritePaths fails,
     # named, with EROFS; nothing was written there; the root inside works.
@@ -193,6 +233,9 @@ control_plane() {
     [ "$(prop ExecMainStatus)" = 0 ] || fail "ExecMainStatus=$(prop ExecMainStatus)"
     generation_is $SPR/certs 3 || fail "after the stop certs is not generation 3"
     ok stop-during-run
+    grep -qx reload /var/lib/durasync/actions/hooked.owed || fail "the owed action is not in the ledger after a stop"
+    grep -qx "generation 3 tls.crt" $SPR/hooked-actions.log && fail "the failing action ran"
+    rm $RUN/action-fails
 
     # 6. WatchdogSec: a stuck agent (SIGSTOP) is killed and restarted. The
     # shipped 60 s is shortened to 4 s by a drop-in, for this test only.
@@ -200,6 +243,9 @@ control_plane() {
     printf '[Service]\nWatchdogSec=4s\n' >/etc/systemd/system/$UNIT.service.d/watchdog.conf
     systemctl daemon-reload
     systemctl start $UNIT || fail "systemctl start with WatchdogSec=4s"
+    wait_until "hooked's owed action ran after the restart" grep -qx "generation 3 tls.crt" $SPR/hooked-actions.log
+    wait_until "the ledger is cleared" sh -c "[ ! -s /var/lib/durasync/actions/hooked.owed ]"
+    ok action-owed-across-restart
     journal | grep -q 'systemd watchdog: pinging every 2s' || fail "the agent does not ping every 2 s"
     local pid restarts
     pid=$(prop MainPID)

@@ -56,9 +56,20 @@ pub struct Observed {
 }
 
 /// The workload's steps, run as the real binary: A → B (a sync with every
-/// kind of change), B → C (the one-file fast path), the lone file, then a
-/// plugin run (the example plugin's envdir, through `durasync run`).
-pub const STEPS: usize = 4;
+/// kind of change), B → C (the one-file fast path), the lone file, a
+/// plugin run (the example plugin's envdir, through `durasync run`), then
+/// C → A keeping C as the target's previous (`sync --keep-previous`) and
+/// the revert back to C (`rollback`).
+pub const STEPS: usize = 6;
+
+/// The target's generation (0 A, 1 B, 2 C) once this many steps succeeded.
+const GEN_AFTER: [usize; STEPS + 1] = [0, 1, 2, 2, 2, 0, 2];
+
+/// Whether step `i` changes the target (the others change the lone file
+/// and the envdir).
+fn changes_target(step: usize) -> bool {
+    matches!(step, 0 | 1 | 4 | 5)
+}
 
 /// A writer known to be wrong, run against the same rig.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,16 +177,27 @@ impl Lab {
                         0 => ("sync", srv.join("target"), src.join("B")),
                         1 => ("sync", srv.join("target"), src.join("C")),
                         2 => ("write", srv.join("file"), src.join("file-B")),
-                        _ => ("run", self.manifest.clone(), src.join("env-B")),
+                        3 => ("run", self.manifest.clone(), src.join("env-B")),
+                        4 => ("sync", srv.join("target"), src.join("A")),
+                        _ => ("rollback", srv.join("target"), PathBuf::new()),
                     };
-                    let mut c = if verb == "run" {
-                        plugin_run(&target, &from)
-                    } else {
-                        let mut c = cmd(durasync().to_str().unwrap(), &[verb]);
-                        c.arg(target).arg("--from").arg(from);
-                        c
+                    let mut c = match verb {
+                        "run" => plugin_run(&target, &from),
+                        "rollback" => {
+                            let mut c = cmd(durasync().to_str().unwrap(), &[verb]);
+                            c.arg(target);
+                            c
+                        }
+                        _ => {
+                            let mut c = cmd(durasync().to_str().unwrap(), &[verb]);
+                            c.arg(target).arg("--from").arg(from);
+                            c
+                        }
                     };
-                    if verb != "write" {
+                    if step == 4 {
+                        c.arg("--keep-previous");
+                    }
+                    if verb != "write" && verb != "rollback" {
                         // The flush decision is logged at debug level.
                         c.arg("--flush").arg(self.flush);
                         c.env("DURASYNC_LOG", "durasync::durable=debug").env("NO_COLOR", "1");
@@ -184,7 +206,7 @@ impl Lab {
                     if out.status.success() {
                         // A forced syncfs must really be the primitive: the
                         // full syncs (A→B, the plugin's envdir) say so.
-                        let full_sync = step == 0 || step == 3;
+                        let full_sync = step == 0 || step == 3 || step == 4;
                         let log = crate::support::strip_ansi(&String::from_utf8_lossy(&out.stderr));
                         if self.flush == "syncfs" && full_sync && !log.contains("syncfs=true") {
                             let skip = log.chars().count().saturating_sub(400);
@@ -209,10 +231,11 @@ impl Lab {
         violations.extend(found.problems);
         let mut generation = None;
         if let Some(target) = &found.target {
-            // Sync steps 0 and 1 lead to generations 1 and 2.
-            let done = succeeded.min(2);
-            let interrupted = attempted > succeeded && succeeded < 2;
-            let allowed = done..=if interrupted { done + 1 } else { done };
+            // The generation of the steps that succeeded, or of the target
+            // step the cut interrupted.
+            let done = GEN_AFTER[succeeded];
+            let interrupted = attempted > succeeded && changes_target(succeeded);
+            let allowed = if interrupted { vec![done, GEN_AFTER[succeeded + 1]] } else { vec![done] };
             generation = self.gens.iter().position(|g| g == target);
             match generation {
                 Some(g) if allowed.contains(&g) => {}
@@ -224,6 +247,23 @@ impl Lab {
                     "target is no generation (neither old nor new): vs {}: {}",
                     ['A', 'B', 'C'][done],
                     trees::diff(target, &self.gens[done])
+                )),
+            }
+            // The kept previous: C exactly while the target is the A that
+            // step 4 (the keep-sync C → A) put there; none otherwise (before
+            // that swap its staging is stale, after the revert it is gone).
+            let want_previous = generation == Some(0) && attempted > 4;
+            match (&found.previous[..], want_previous) {
+                ([], false) => {}
+                ([prev], true) if prev == &self.gens[2] => {}
+                ([prev], true) => {
+                    violations.push(format!("the kept previous is not C: {}", trees::diff(prev, &self.gens[2])))
+                }
+                (kept, want) => violations.push(format!(
+                    "{} valid previous(es) of the target after {succeeded} step(s) (want {}), the target {:?}",
+                    kept.len(),
+                    if want { "C" } else { "none" },
+                    generation.map(|g| ['A', 'B', 'C'][g])
                 )),
             }
         }
@@ -397,11 +437,19 @@ impl Lab {
         let extra: Vec<&String> = listing
             .iter()
             .filter(|n| !["target", "file", "env", "unrelated"].contains(&n.as_str()) && !trees::kept(n))
+            .filter(|n| !trees::is_previous(&srv.join(n)))
             .filter(|n| !n.starts_with(".target."))
             .collect();
         if !extra.is_empty() {
             found.problems.push(format!("unexpected entries beside the target: {extra:?}"));
         }
+        found.previous = listing
+            .iter()
+            .filter(|n| durasync::durable::names::keep_of(n, "target").is_some())
+            .map(|n| srv.join(n))
+            .filter(|p| trees::is_previous(p) && p.is_dir())
+            .map(|p| trees::contents(&p))
+            .collect();
         let target = srv.join("target");
         if target.is_dir() {
             found.target = Some(trees::contents(&target));
@@ -437,6 +485,8 @@ impl Lab {
 #[derive(Debug, Default)]
 struct Found {
     target: Option<BTreeMap<String, String>>,
+    /// The contents of every valid kept previous of the target.
+    previous: Vec<BTreeMap<String, String>>,
     file: Option<Vec<u8>>,
     env: Option<BTreeMap<String, String>>,
     problems: Vec<String>,

@@ -132,6 +132,11 @@ pub fn leftovers(dir: &Path) -> Vec<String> {
     for e in fs::read_dir(dir).unwrap() {
         let e = e.unwrap();
         let name = e.file_name().to_string_lossy().into_owned();
+        if is_previous(&e.path()) {
+            // A kept previous tree: durasync's own, neither a leftover nor
+            // walked (its contents are the target's old ones).
+            continue;
+        }
         if name.starts_with(".durasync") && !kept(&name) {
             found.push(e.path().display().to_string());
         } else if e.file_type().unwrap().is_dir() {
@@ -156,4 +161,13 @@ pub fn diff(got: &BTreeMap<String, String>, want: &BTreeMap<String, String>) -> 
     }
     out.truncate(6);
     out.join("; ")
+}
+
+/// Whether `path` is a valid kept previous (host/src/durable/previous.rs):
+/// a directory or file with a keep name stating its own inode number.
+pub fn is_previous(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let Some(ino) = durasync::durable::names::parse_keep(&name) else { return false };
+    fs::symlink_metadata(path).is_ok_and(|m| (m.is_dir() || m.is_file()) && m.ino() == ino)
 }

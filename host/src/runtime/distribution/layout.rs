@@ -36,6 +36,11 @@ const OTHER_CONFIGS: &[&str] = &[
     "application/vnd.oci.image.config.v1+json",
     "application/vnd.oci.empty.v1+json",
 ];
+/// An OCI image index (a referrers list).
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+/// The most entries a referrers index may list (an artifact with a few
+/// signatures, attestations and SBOMs has tens; 1024 entries are ~200 KiB).
+pub const MAX_INDEX_ENTRIES: usize = 1024;
 /// The `Accept` header of a manifest request.
 pub const ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
                           application/vnd.docker.distribution.manifest.v2+json";
@@ -136,6 +141,66 @@ impl ImageManifest {
     }
 }
 
+/// An index entry, as far as referrers need it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexEntry {
+    /// The manifest's media type.
+    pub media_type: String,
+    /// Its digest (checked).
+    pub digest: String,
+    /// Its size.
+    pub size: u64,
+    /// The artifact type it declares.
+    #[serde(default)]
+    pub artifact_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Index {
+    schema_version: u32,
+    #[serde(default)]
+    media_type: Option<String>,
+    #[serde(default)]
+    manifests: Vec<IndexEntry>,
+}
+
+/// The entries of a referrers index (`bytes`, named `digest` in errors)
+/// whose `artifactType` is `artifact_type`, in the index's order. Refuses
+/// what is not an image index, an index of more than
+/// [`MAX_INDEX_ENTRIES`], an entry whose digest this host cannot check.
+pub fn referrers(bytes: &[u8], digest: &str, artifact_type: &str) -> Result<Vec<IndexEntry>, Error> {
+    let bad = |reason: String| Error::BadManifest { digest: digest.to_owned(), reason };
+    let index: Index = serde_json::from_slice(bytes).map_err(|e| bad(format!("not an image index: {e}")))?;
+    if index.schema_version != 2 {
+        return Err(bad(format!("schemaVersion is {}, not 2", index.schema_version)));
+    }
+    if let Some(mt) = index.media_type.as_deref()
+        && mt != OCI_INDEX
+    {
+        return Err(Error::MediaType {
+            digest: digest.to_owned(),
+            media_type: mt.to_owned(),
+            reason: "is not an OCI image index (a referrers list is one)".into(),
+        });
+    }
+    if index.manifests.len() > MAX_INDEX_ENTRIES {
+        return Err(bad(format!(
+            "the referrers index lists {} manifests, over the limit of {MAX_INDEX_ENTRIES}",
+            index.manifests.len()
+        )));
+    }
+    let mut found = Vec::new();
+    for e in index.manifests {
+        if e.artifact_type.as_deref() == Some(artifact_type) && e.media_type == OCI_MANIFEST {
+            check_digest(&e.digest).map_err(bad)?;
+            found.push(e);
+        }
+    }
+    Ok(found)
+}
+
 /// Check that a descriptor's digest is one this host can verify (and use
 /// as a file name).
 pub fn check_descriptor(d: &Descriptor) -> Result<(), Error> {
@@ -187,5 +252,28 @@ mod tests {
             br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
         assert!(ImageManifest::parse(index, D).unwrap_err().to_string().contains("index"));
         assert!(ImageManifest::parse(b"<html>", D).unwrap_err().to_string().contains("not JSON"));
+    }
+
+    fn index(entries: &[(&str, &str)]) -> Vec<u8> {
+        let m: Vec<_> = entries
+            .iter()
+            .map(|(mt, at)| serde_json::json!({"mediaType": mt, "digest": D, "size": 1, "artifactType": at}))
+            .collect();
+        serde_json::json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": m})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn a_referrers_index_is_filtered_by_artifact_type_and_bounded_in_entries() {
+        const BUNDLE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+        let mixed =
+            index(&[(OCI_MANIFEST, BUNDLE), (OCI_MANIFEST, "application/spdx+json"), (OCI_INDEX, BUNDLE)]);
+        assert_eq!(referrers(&mixed, D, BUNDLE).unwrap().len(), 1);
+        let many: Vec<_> = (0..10_000).map(|_| (OCI_MANIFEST, BUNDLE)).collect();
+        let err = referrers(&index(&many), D, BUNDLE).unwrap_err().to_string();
+        assert!(err.contains("10000 manifests, over the limit of 1024"), "{err}");
+        let not_index = manifest(WASM_CONFIG, &[WASM_LAYER]);
+        assert!(referrers(&not_index, D, BUNDLE).unwrap_err().to_string().contains("not an OCI image index"));
     }
 }

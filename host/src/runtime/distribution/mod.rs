@@ -18,7 +18,7 @@
 //! a tag whose registry cannot be reached falls back to the digest it last
 //! resolved to.
 
-mod http;
+pub(crate) mod http;
 pub mod layout;
 pub mod reference;
 mod store;
@@ -30,7 +30,13 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use self::http::{Body, Http};
+pub use self::http::Deadline;
+use self::http::{Body, Http, Size};
+/// The parsers of what a registry sends in its headers (plain functions of
+/// strings, for tests and fuzzing): `WWW-Authenticate` parameters, a
+/// `Location` resolved and checked, a token realm checked, a URL's
+/// `host:port`.
+pub use self::http::{authority, parse_challenge, realm_url, redirect_target};
 pub use self::layout::{Descriptor, ImageManifest};
 pub use self::reference::Reference;
 use self::store::{Expect, Store};
@@ -43,10 +49,16 @@ pub struct Settings {
     /// private temporary directory, removed when the [`Registry`] is dropped.
     pub cache_dir: Option<PathBuf>,
     /// Connect, read and write timeout of each request (a stall longer than
-    /// this fails the attempt).
+    /// this fails the attempt), and the bound of a small request (manifest,
+    /// token, HEAD) as a whole, redirects and body included.
     pub timeout: Duration,
     /// Attempts per request (connection failures, timeouts, 5xx, 429).
     pub attempts: u32,
+    /// The longest a whole pull (or push) may take: every request, attempt
+    /// and pause of it. A blob request is bounded by this alone (besides
+    /// each read's `timeout`); a manifest, token or HEAD also by `timeout`
+    /// as a whole.
+    pub deadline: Duration,
     /// The pause before the second attempt; doubled for each later one.
     pub backoff: Duration,
     /// The largest manifest accepted.
@@ -68,6 +80,9 @@ pub struct Settings {
 
 /// The default timeout of one request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default deadline of a whole pull: 256 MiB (the largest blob
+/// accepted) at under 1 MB/s; a plugin is usually a few MiB.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 /// Attempts per request by default.
 pub const DEFAULT_ATTEMPTS: u32 = 3;
 /// 4 MiB: what the OCI distribution spec asks registries to accept; a
@@ -85,6 +100,7 @@ impl Default for Settings {
             cache_dir: None,
             timeout: DEFAULT_TIMEOUT,
             attempts: DEFAULT_ATTEMPTS,
+            deadline: DEFAULT_DEADLINE,
             backoff: Duration::from_millis(500),
             max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
             max_blob_bytes: DEFAULT_MAX_BLOB_BYTES,
@@ -123,6 +139,37 @@ pub enum Error {
         /// The text.
         reference: String,
         /// What is wrong.
+        reason: String,
+    },
+    /// A request (its redirects and body included) took longer than the
+    /// timeout (retried, within the pull's deadline).
+    #[error("{url}: the request did not complete within {limit} (--timeout){last}")]
+    TimedOut {
+        /// The request.
+        url: String,
+        /// The bound (`30 s`).
+        limit: String,
+        /// The failure before, if any.
+        last: String,
+    },
+    /// The pull (every attempt of every request) took longer than its
+    /// deadline.
+    #[error("{url}: stopped at the pull's deadline of {limit} (--registry-deadline){last}")]
+    Deadline {
+        /// The request under way.
+        url: String,
+        /// The deadline (`300 s`).
+        limit: String,
+        /// The failure before, if any.
+        last: String,
+    },
+    /// A redirect that is not followed: no host, another scheme than
+    /// http(s), HTTPS down to plain HTTP, too many.
+    #[error("{url}: refused a redirect: {reason}")]
+    Redirect {
+        /// The request redirected.
+        url: String,
+        /// Why.
         reason: String,
     },
     /// The registry could not be reached (connection, TLS, timeout).
@@ -208,6 +255,20 @@ pub enum Error {
         /// The limit in bytes.
         limit: u64,
     },
+    /// A blob whose length is not the one its descriptor states.
+    #[error(
+        "{what} {digest}: its descriptor says {stated} bytes, but the blob is {actual} bytes; refusing it"
+    )]
+    SizeMismatch {
+        /// What ("wasm layer").
+        what: String,
+        /// Its digest.
+        digest: String,
+        /// The descriptor's size.
+        stated: u64,
+        /// What came (`1234`, or `more than 1000` when cut off).
+        actual: String,
+    },
     /// Content whose digest is not the one asked for.
     #[error("{what}: the registry sent content whose digest is {actual}, not {expected}; refusing it")]
     DigestMismatch {
@@ -232,7 +293,7 @@ impl Error {
     /// A failure that may pass: worth another attempt.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Network { .. } | Error::Transfer { .. } => true,
+            Error::Network { .. } | Error::Transfer { .. } | Error::TimedOut { .. } => true,
             Error::Status { status, .. } => *status >= 500 || *status == 429,
             _ => false,
         }
@@ -250,7 +311,14 @@ impl Error {
                 | Error::WasmLayers { .. }
                 | Error::TooLarge { .. }
                 | Error::DigestMismatch { .. }
+                | Error::SizeMismatch { .. }
         )
+    }
+
+    /// The registry could not be reached in time (after the retries, or at
+    /// the pull's deadline): a tag may be served from the cache.
+    fn is_unreachable(&self) -> bool {
+        self.is_retryable() || matches!(self, Error::Deadline { .. })
     }
 }
 
@@ -305,162 +373,21 @@ impl Registry {
         format!("repository:{}:{}", r.repository, if push { "pull,push" } else { "pull" })
     }
 
-    /// The manifest `r` names. A digest reference held in the cache is
-    /// served without network I/O, and checked against its digest either
-    /// way. A tag is resolved by the registry; when the registry cannot be
-    /// reached (after the retries), the digest it last resolved to is used
-    /// if held, with `offline` set.
-    ///
-    /// Note well: this checks that a manifest is the one its digest names;
-    /// it does not check who made it (see `trust`).
-    pub fn resolve(&self, r: &Reference) -> Result<Resolved, Error> {
-        if let Some(digest) = &r.digest {
-            if let Some(bytes) = self.store.read(digest, self.settings.max_manifest_bytes) {
-                return Self::parsed(digest, bytes, false);
-            }
-            let (bytes, actual) =
-                self.fetch_manifest(r, digest)?.ok_or_else(|| Error::NotFound { what: r.to_string() })?;
-            if &actual != digest {
-                return Err(Error::DigestMismatch {
-                    what: "manifest".into(),
-                    expected: digest.clone(),
-                    actual,
-                });
-            }
-            self.store.put(digest, &bytes)?;
-            return Self::parsed(digest, bytes, false);
-        }
-        let tag = r.tag.as_deref().unwrap_or("latest");
-        let key = format!("{}:{tag}", r.name());
-        match self.fetch_manifest(r, tag) {
-            Ok(Some((bytes, digest))) => {
-                self.store.put(&digest, &bytes)?;
-                self.store.set_tag(&key, &digest);
-                Self::parsed(&digest, bytes, false)
-            }
-            Ok(None) => Err(Error::NotFound { what: r.to_string() }),
-            Err(e) if e.is_retryable() => {
-                let cached = self.store.tag(&key).and_then(|d| {
-                    let bytes = self.store.read(&d, self.settings.max_manifest_bytes)?;
-                    Some((d, bytes))
-                });
-                match cached {
-                    Some((digest, bytes)) => {
-                        tracing::warn!("registry unreachable ({e}); {r} resolves to {digest} from the cache");
-                        Self::parsed(&digest, bytes, true)
-                    }
-                    None => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        }
-    }
-
     fn parsed(digest: &str, bytes: Vec<u8>, offline: bool) -> Result<Resolved, Error> {
         let manifest = ImageManifest::parse(&bytes, digest)?;
         Ok(Resolved { digest: digest.to_owned(), bytes, manifest, offline })
     }
 
-    /// GET a manifest (`None`: 404) and its computed digest.
-    fn fetch_manifest(&self, r: &Reference, target: &str) -> Result<Option<(Vec<u8>, String)>, Error> {
-        let url = self.url(r, "manifests", target);
-        let limit = self.settings.max_manifest_bytes;
-        self.http.send(
-            "GET",
-            &url,
-            &r.registry,
-            &Self::scope(r, false),
-            &[("Accept", layout::ACCEPT)],
-            &Body::Empty,
-            &[200],
-            |resp| {
-                let declared = resp.header("content-length").and_then(|l| l.parse::<u64>().ok());
-                if declared.is_some_and(|l| l > limit) {
-                    return Err(Error::TooLarge { what: format!("manifest {r}"), limit });
-                }
-                let mut bytes = Vec::new();
-                resp.into_reader().take(limit + 1).read_to_end(&mut bytes).map_err(|e| Error::Transfer {
-                    what: format!("manifest {url}"),
-                    reason: e.to_string(),
-                })?;
-                if bytes.len() as u64 > limit {
-                    return Err(Error::TooLarge { what: format!("manifest {r}"), limit });
-                }
-                let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-                Ok((bytes, digest))
-            },
-        )
-    }
-
-    /// The bytes of blob `desc` of repository `r` (see [`Registry::blob_file`]).
-    pub fn blob(&self, r: &Reference, desc: &Descriptor, limit: u64, what: &str) -> Result<Vec<u8>, Error> {
-        let path = self.blob_file(r, desc, limit, what)?;
-        // Re-hashed by `read`: the bytes handed out are the digest's.
-        self.store.read(&desc.digest, limit).ok_or_else(|| Error::Cache {
-            path: path.display().to_string(),
-            reason: "the blob just verified cannot be read back".into(),
-        })
-    }
-
-    /// The cache file of blob `desc` of repository `r`, held already
-    /// (re-hashed as a stream) or streamed into the cache now, checked
-    /// against its digest and `limit` (the descriptor's size is checked
-    /// before anything is fetched). Memory does not grow with the blob.
-    pub fn blob_file(
-        &self,
-        r: &Reference,
-        desc: &Descriptor,
-        limit: u64,
-        what: &str,
-    ) -> Result<PathBuf, Error> {
-        layout::check_descriptor(desc)?;
-        if desc.size > limit {
-            return Err(Error::TooLarge {
-                what: format!("{what} {} ({} bytes)", desc.digest, desc.size),
-                limit,
-            });
-        }
-        if let Some(path) = self.store.verified_path(&desc.digest, limit) {
-            return Ok(path);
-        }
-        let url = self.url(r, "blobs", &desc.digest);
-        self.http
-            .send("GET", &url, &r.registry, &Self::scope(r, false), &[], &Body::Empty, &[200], |resp| {
-                let expect = Expect { digest: &desc.digest, limit: limit.min(desc.size), what };
-                self.store.write(&expect, &mut resp.into_reader())
-            })?
-            .ok_or_else(|| Error::NotFound { what: format!("{what} {} of {r}", desc.digest) })
-    }
-
-    /// cosign's signature manifest for `manifest_digest` (the
-    /// `sha256-<hex>.sig` tag), `None` when there is none. When the
-    /// registry cannot be reached, the one last seen for this digest is
-    /// used if held.
-    pub fn signature_manifest(
-        &self,
-        r: &Reference,
-        manifest_digest: &str,
-    ) -> Result<Option<Resolved>, Error> {
-        let tag = format!("{}.sig", manifest_digest.replace(':', "-"));
-        let sig_ref = r.with_tag(&tag);
-        match self.resolve(&sig_ref) {
-            Ok(res) => {
-                self.store.set_signature(manifest_digest, &res.digest);
-                Ok(Some(res))
-            }
-            Err(Error::NotFound { .. }) => Ok(None),
-            Err(e) if e.is_retryable() => match self.store.signature(manifest_digest) {
-                Some(d) => self.resolve(&r.with_digest(&d)).map(Some),
-                None => Err(e),
-            },
-            Err(e) => Err(e),
-        }
+    /// A pull, its deadline starting now.
+    pub fn pull(&self) -> Pull<'_> {
+        Pull { registry: self, deadline: Deadline::after(self.settings.deadline) }
     }
 
     /// Push `wasm` as a plugin artifact (the CNCF layout: a
     /// `application/vnd.wasm.config.v0+json` config and one
     /// `application/wasm` layer) to `r`'s tag (or only by digest).
     pub fn push(&self, wasm: &Path, r: &Reference) -> Result<Pushed, Error> {
+        let deadline = Deadline::after(self.settings.deadline);
         let io =
             |e: std::io::Error| Error::Transfer { what: wasm.display().to_string(), reason: e.to_string() };
         // Hash by streaming: the component is never held in memory whole.
@@ -476,8 +403,8 @@ impl Registry {
         .to_string()
         .into_bytes();
         let config_digest = format!("sha256:{}", hex::encode(Sha256::digest(&config)));
-        self.upload(r, &config_digest, &Body::Bytes(&config, "application/octet-stream"))?;
-        self.upload(r, &layer, &Body::File(wasm, size))?;
+        self.upload(r, &config_digest, &Body::Bytes(&config, "application/octet-stream"), deadline)?;
+        self.upload(r, &layer, &Body::File(wasm, size), deadline)?;
         let manifest = ImageManifest {
             schema_version: 2,
             media_type: Some(layout::OCI_MANIFEST.into()),
@@ -512,11 +439,12 @@ impl Registry {
             .send(
                 "PUT",
                 &url,
-                &r.registry,
                 &Self::scope(r, true),
                 &[],
                 &Body::Bytes(&bytes, layout::OCI_MANIFEST),
                 &[200, 201],
+                Size::Small,
+                deadline,
                 |_| Ok(()),
             )?
             .ok_or_else(|| Error::NotFound { what: format!("repository {}", r.name()) })?;
@@ -525,12 +453,12 @@ impl Registry {
 
     /// Upload one blob unless the registry has it (monolithic upload: POST
     /// for a location, PUT the bytes with their digest).
-    fn upload(&self, r: &Reference, digest: &str, body: &Body<'_>) -> Result<(), Error> {
+    fn upload(&self, r: &Reference, digest: &str, body: &Body<'_>, deadline: Deadline) -> Result<(), Error> {
         let scope = Self::scope(r, true);
         let head = self.url(r, "blobs", digest);
         if self
             .http
-            .send("HEAD", &head, &r.registry, &scope, &[], &Body::Empty, &[200], |_| Ok(()))?
+            .send("HEAD", &head, &scope, &[], &Body::Empty, &[200], Size::Small, deadline, |_| Ok(()))?
             .is_some()
         {
             return Ok(());
@@ -541,11 +469,12 @@ impl Registry {
             .send(
                 "POST",
                 &start,
-                &r.registry,
                 &scope,
                 &[],
                 &Body::Bytes(&[], "application/octet-stream"),
                 &[202],
+                Size::Small,
+                deadline,
                 |resp| {
                     resp.header("location").map(str::to_owned).ok_or_else(|| Error::Status {
                         url: start.clone(),
@@ -555,16 +484,308 @@ impl Registry {
                 },
             )?
             .ok_or_else(|| Error::NotFound { what: format!("repository {}", r.name()) })?;
-        let location = if location.starts_with('/') {
-            format!("{}{location}", self.http.base(&r.registry))
-        } else {
-            location
-        };
+        // Checked like a redirect: an http(s) URL with a host, no downgrade.
+        let location = http::redirect_target(&start, &location, &self.settings.insecure)
+            .map_err(|reason| Error::Redirect { url: start.clone(), reason })?;
         let sep = if location.contains('?') { '&' } else { '?' };
         let put = format!("{location}{sep}digest={digest}");
         self.http
-            .send("PUT", &put, &r.registry, &scope, &[], body, &[201, 204], |_| Ok(()))?
+            .send("PUT", &put, &scope, &[], body, &[201, 204], Size::Stream, deadline, |_| Ok(()))?
             .ok_or_else(|| Error::NotFound { what: format!("upload {location}") })?;
         Ok(())
     }
+}
+
+/// One pull: every request of it (attempts, redirects, tokens, bodies)
+/// ends by its deadline ([`Settings::deadline`], from [`Registry::pull`]).
+pub struct Pull<'a> {
+    registry: &'a Registry,
+    deadline: Deadline,
+}
+
+impl Pull<'_> {
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.registry.settings
+    }
+
+    /// The manifest `r` names. A digest reference held in the cache is
+    /// served without network I/O, and checked against its digest either
+    /// way. A tag is resolved by the registry; when the registry cannot be
+    /// reached (after the retries), the digest it last resolved to is used
+    /// if held, with `offline` set.
+    ///
+    /// Note well: this checks that a manifest is the one its digest names;
+    /// it does not check who made it (see `trust`).
+    pub fn resolve(&self, r: &Reference) -> Result<Resolved, Error> {
+        if let Some(digest) = &r.digest {
+            if let Some(bytes) = self.registry.store.read(digest, self.registry.settings.max_manifest_bytes) {
+                return Registry::parsed(digest, bytes, false);
+            }
+            let (bytes, actual) =
+                self.fetch_manifest(r, digest)?.ok_or_else(|| Error::NotFound { what: r.to_string() })?;
+            if &actual != digest {
+                return Err(Error::DigestMismatch {
+                    what: "manifest".into(),
+                    expected: digest.clone(),
+                    actual,
+                });
+            }
+            self.registry.store.put(digest, &bytes)?;
+            return Registry::parsed(digest, bytes, false);
+        }
+        let tag = r.tag.as_deref().unwrap_or("latest");
+        let key = format!("{}:{tag}", r.name());
+        match self.fetch_manifest(r, tag) {
+            Ok(Some((bytes, digest))) => {
+                self.registry.store.put(&digest, &bytes)?;
+                self.registry.store.set_tag(&key, &digest);
+                Registry::parsed(&digest, bytes, false)
+            }
+            Ok(None) => Err(Error::NotFound { what: r.to_string() }),
+            Err(e) if e.is_unreachable() => {
+                let cached = self.registry.store.tag(&key).and_then(|d| {
+                    let bytes = self.registry.store.read(&d, self.registry.settings.max_manifest_bytes)?;
+                    Some((d, bytes))
+                });
+                match cached {
+                    Some((digest, bytes)) => {
+                        tracing::warn!("registry unreachable ({e}); {r} resolves to {digest} from the cache");
+                        Registry::parsed(&digest, bytes, true)
+                    }
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// GET a manifest (`None`: 404) and its computed digest.
+    fn fetch_manifest(&self, r: &Reference, target: &str) -> Result<Option<(Vec<u8>, String)>, Error> {
+        let url = self.registry.url(r, "manifests", target);
+        self.fetch_json(r, &url, layout::ACCEPT, &format!("manifest {r}"))
+    }
+
+    /// GET a manifest or index at `url` (`None`: 404), at most
+    /// [`Settings::max_manifest_bytes`], and its computed digest.
+    fn fetch_json(
+        &self,
+        r: &Reference,
+        url: &str,
+        accept: &str,
+        what: &str,
+    ) -> Result<Option<(Vec<u8>, String)>, Error> {
+        let limit = self.registry.settings.max_manifest_bytes;
+        self.registry.http.send(
+            "GET",
+            url,
+            &Registry::scope(r, false),
+            &[("Accept", accept)],
+            &Body::Empty,
+            &[200],
+            Size::Small,
+            self.deadline,
+            |resp| {
+                let declared = resp.header("content-length").and_then(|l| l.parse::<u64>().ok());
+                if declared.is_some_and(|l| l > limit) {
+                    return Err(Error::TooLarge { what: what.to_owned(), limit });
+                }
+                let mut bytes = Vec::new();
+                resp.into_reader()
+                    .take(limit + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| Error::Transfer { what: format!("{what} {url}"), reason: e.to_string() })?;
+                if bytes.len() as u64 > limit {
+                    return Err(Error::TooLarge { what: what.to_owned(), limit });
+                }
+                let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+                Ok((bytes, digest))
+            },
+        )
+    }
+
+    /// The bytes of blob `desc` of repository `r` (see [`Pull::blob_file`]).
+    pub fn blob(&self, r: &Reference, desc: &Descriptor, limit: u64, what: &str) -> Result<Vec<u8>, Error> {
+        let path = self.blob_file(r, desc, limit, what)?;
+        // Re-hashed by `read`: the bytes handed out are the digest's.
+        self.registry.store.read(&desc.digest, limit).ok_or_else(|| Error::Cache {
+            path: path.display().to_string(),
+            reason: "the blob just verified cannot be read back".into(),
+        })
+    }
+
+    /// The cache file of blob `desc` of repository `r`, held already
+    /// (re-hashed as a stream) or streamed into the cache now, checked
+    /// against its digest, its descriptor's size (exactly) and `limit`
+    /// (checked before anything is fetched). Memory does not grow with the blob.
+    pub fn blob_file(
+        &self,
+        r: &Reference,
+        desc: &Descriptor,
+        limit: u64,
+        what: &str,
+    ) -> Result<PathBuf, Error> {
+        layout::check_descriptor(desc)?;
+        if desc.size > limit {
+            return Err(Error::TooLarge {
+                what: format!("{what} {} ({} bytes)", desc.digest, desc.size),
+                limit,
+            });
+        }
+        if let Some(path) = self.registry.store.verified_path(&desc.digest, limit) {
+            // Held already: its length is checked all the same (a digest
+            // held may come with a descriptor that lies about it).
+            let held = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(u64::MAX);
+            if held != desc.size {
+                return Err(Error::SizeMismatch {
+                    what: what.to_owned(),
+                    digest: desc.digest.clone(),
+                    stated: desc.size,
+                    actual: held.to_string(),
+                });
+            }
+            return Ok(path);
+        }
+        let url = self.registry.url(r, "blobs", &desc.digest);
+        let scope = Registry::scope(r, false);
+        self.registry
+            .http
+            .send("GET", &url, &scope, &[], &Body::Empty, &[200], Size::Stream, self.deadline, |resp| {
+                let expect = Expect { digest: &desc.digest, size: desc.size, what };
+                self.registry.store.write(&expect, &mut self.deadline.bound(resp.into_reader()))
+            })?
+            .ok_or_else(|| Error::NotFound { what: format!("{what} {} of {r}", desc.digest) })
+    }
+
+    /// cosign's signature manifest for `manifest_digest` (the
+    /// `sha256-<hex>.sig` tag), `None` when there is none. When the
+    /// registry cannot be reached, the one last seen for this digest is
+    /// used if held.
+    pub fn signature_manifest(
+        &self,
+        r: &Reference,
+        manifest_digest: &str,
+    ) -> Result<Option<Resolved>, Error> {
+        let tag = format!("{}.sig", manifest_digest.replace(':', "-"));
+        let sig_ref = r.with_tag(&tag);
+        match self.resolve(&sig_ref) {
+            Ok(res) => {
+                self.registry.store.set_signature(manifest_digest, &res.digest);
+                Ok(Some(res))
+            }
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) if e.is_unreachable() => match self.registry.store.signature(manifest_digest) {
+                Some(d) => self.resolve(&r.with_digest(&d)).map(Some),
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The manifests that refer to `manifest_digest` with `artifact_type`
+    /// (OCI 1.1 referrers), found the way registries offer them, in this
+    /// order: the referrers API (`GET /v2/NAME/referrers/DIGEST?artifactType=…`);
+    /// where a registry has no such API (404, 400, 405), the referrers tag
+    /// schema (the `sha256-<hex>` tag holding an image index). The index is
+    /// filtered here too (a registry may ignore the filter); at most
+    /// [`MAX_REFERRERS_FETCHED`] manifests are fetched, each checked
+    /// against its digest. The index found is cached: when the registry
+    /// cannot be reached, the one last seen is used if held (its manifests
+    /// and their blobs are then served from the cache by digest).
+    ///
+    /// Note well: an index says nothing about who made the referrers; the
+    /// caller verifies what they hold.
+    pub fn referrers(
+        &self,
+        r: &Reference,
+        manifest_digest: &str,
+        artifact_type: &str,
+    ) -> Result<Referrers, Error> {
+        // Per repository: the same digest in two repositories has each
+        // repository's own referrers.
+        let key = format!("{} {manifest_digest} {artifact_type}", r.name());
+        let api = format!(
+            "{}/v2/{}/referrers/{manifest_digest}?artifactType={}",
+            self.registry.http.base(&r.registry),
+            r.repository,
+            artifact_type.replace('+', "%2B")
+        );
+        let what = format!("referrers index of {manifest_digest}");
+        let fetched = match self.fetch_json(r, &api, layout::OCI_INDEX, &what) {
+            Ok(Some(found)) => Ok(Some((found, Via::Api))),
+            Ok(None) | Err(Error::Status { status: 400 | 405, .. }) => {
+                let tag = self.registry.url(r, "manifests", &manifest_digest.replace(':', "-"));
+                self.fetch_json(r, &tag, layout::OCI_INDEX, &what).map(|o| o.map(|f| (f, Via::TagSchema)))
+            }
+            Err(e) => Err(e),
+        };
+        let (bytes, index_digest, via) = match fetched {
+            Ok(Some(((bytes, digest), via))) => {
+                // The index is stored before its digest is recorded: a
+                // recorded digest always names a blob that is held.
+                self.registry.store.put(&digest, &bytes)?;
+                self.registry.store.set_referrers(&key, &digest);
+                (bytes, digest, via)
+            }
+            Ok(None) => return Ok(Referrers { via: Via::TagSchema, manifests: Vec::new() }),
+            Err(e) if e.is_unreachable() => {
+                let held = self.registry.store.referrers(&key).and_then(|d| {
+                    let bytes = self.registry.store.read(&d, self.registry.settings.max_manifest_bytes)?;
+                    Some((bytes, d))
+                });
+                match held {
+                    Some((bytes, d)) => {
+                        tracing::warn!(
+                            "registry unreachable ({e}); the referrers of {manifest_digest} from the cache"
+                        );
+                        (bytes, d, Via::Cache)
+                    }
+                    None => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let entries = layout::referrers(&bytes, &index_digest, artifact_type)?;
+        let mut manifests = Vec::new();
+        for entry in entries.iter().take(MAX_REFERRERS_FETCHED) {
+            manifests.push(self.resolve(&r.with_digest(&entry.digest))?);
+        }
+        Ok(Referrers { via, manifests })
+    }
+}
+
+/// The most referrers of one artifact type fetched for one manifest (a
+/// signature or two per key rotation; a registry must not make a pull
+/// fetch thousands).
+pub const MAX_REFERRERS_FETCHED: usize = 8;
+
+/// Where referrers were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The registry's referrers API.
+    Api,
+    /// The referrers tag schema (`sha256-<hex>`), or nothing found.
+    TagSchema,
+    /// The blob cache (the registry could not be reached).
+    Cache,
+}
+
+impl std::fmt::Display for Via {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Via::Api => "the referrers API",
+            Via::TagSchema => "the referrers tag",
+            Via::Cache => "the cached referrers",
+        })
+    }
+}
+
+/// Referrers of one artifact type.
+#[derive(Debug, Clone)]
+pub struct Referrers {
+    /// Where they were found.
+    pub via: Via,
+    /// Their manifests (at most [`MAX_REFERRERS_FETCHED`]), each checked
+    /// against its digest.
+    pub manifests: Vec<Resolved>,
 }

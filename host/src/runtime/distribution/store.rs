@@ -14,7 +14,9 @@
 //! Every file is written to a private temporary name, fsynced and renamed
 //! into place, so a crash never leaves a half-written blob under a digest.
 //! The directory itself is not fsynced: losing a just-written entry after a
-//! power loss only means fetching it again.
+//! power loss only means fetching it again. A writer killed before its
+//! rename leaves its temporary file: opening the cache removes those whose
+//! pid no longer runs.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -40,15 +42,20 @@ impl Drop for Store {
     }
 }
 
-/// How a blob arrives: an expected digest and a size limit.
+/// How a blob arrives: an expected digest and length.
 pub(crate) struct Expect<'a> {
     /// `sha256:…` (already checked to be well-formed).
     pub digest: &'a str,
-    /// The most bytes accepted.
-    pub limit: u64,
+    /// Its exact length (its descriptor's size, already checked against
+    /// the limit): more is cut off, and more or less is refused.
+    pub size: u64,
     /// What it is, for messages ("manifest", "layer").
     pub what: &'a str,
 }
+
+/// The cache's directories below its root: blobs, and the small index
+/// entries (a tag's, a signature tag's, a referrers index's last digest).
+const INDEX_DIRS: [&str; 4] = ["blobs/sha256", "tags", "signatures", "referrers"];
 
 impl Store {
     /// The store under `cache_dir`, or a private temporary one when there
@@ -63,7 +70,7 @@ impl Store {
                 (std::env::temp_dir().join(format!("durasync-oci-{}", hex::encode(rnd))), true)
             }
         };
-        for sub in ["blobs/sha256", "tags", "signatures"] {
+        for sub in INDEX_DIRS {
             let dir = root.join(sub);
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -77,10 +84,14 @@ impl Store {
             root.join("blobs/sha256"),
             root.join("tags"),
             root.join("signatures"),
+            root.join("referrers"),
         ] {
             let meta = std::fs::symlink_metadata(&dir).map_err(|e| cache_err(&dir, e))?;
             trusted(&meta, "blob cache directory")
                 .map_err(|why| Error::Cache { path: dir.display().to_string(), reason: why })?;
+        }
+        for sub in INDEX_DIRS {
+            remove_stale_temporaries(&root.join(sub));
         }
         Ok(Store { root, temporary })
     }
@@ -162,14 +173,14 @@ impl Store {
                     break;
                 }
                 total += n as u64;
-                if total > expect.limit {
-                    return Err(Error::TooLarge {
-                        what: format!("{} {}", expect.what, expect.digest),
-                        limit: expect.limit,
-                    });
+                if total > expect.size {
+                    return Err(size_mismatch(expect, format!("at least {total}")));
                 }
                 hasher.update(&buf[..n]);
                 f.write_all(&buf[..n]).map_err(|e| cache_err(&tmp, e))?;
+            }
+            if total != expect.size {
+                return Err(size_mismatch(expect, total.to_string()));
             }
             let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
             if actual != expect.digest {
@@ -194,7 +205,7 @@ impl Store {
         if self.has(digest) {
             return Ok(());
         }
-        let expect = Expect { digest, limit: bytes.len() as u64, what: "manifest" };
+        let expect = Expect { digest, size: bytes.len() as u64, what: "manifest" };
         self.write(&expect, &mut &bytes[..]).map(drop)
     }
 
@@ -216,6 +227,16 @@ impl Store {
     /// Remember the signature manifest of `manifest`.
     pub(crate) fn set_signature(&self, manifest: &str, digest: &str) {
         self.write_index("signatures", manifest, digest);
+    }
+
+    /// The digest of the referrers index last seen for `key`.
+    pub(crate) fn referrers(&self, key: &str) -> Option<String> {
+        self.read_index("referrers", key)
+    }
+
+    /// Remember the referrers index of `key`.
+    pub(crate) fn set_referrers(&self, key: &str, digest: &str) {
+        self.write_index("referrers", key, digest);
     }
 
     fn index_path(&self, kind: &str, key: &str) -> PathBuf {
@@ -257,6 +278,78 @@ impl Store {
     }
 }
 
+fn size_mismatch(expect: &Expect<'_>, actual: String) -> Error {
+    Error::SizeMismatch {
+        what: expect.what.to_owned(),
+        digest: expect.digest.to_owned(),
+        stated: expect.size,
+        actual,
+    }
+}
+
+/// Remove the temporary files (`.NAME.tmp-PID-RANDOM`, see
+/// [`Store::tmp_path`]) that writers which no longer run left in `dir`: a
+/// pull killed part-way never renames or removes its file. A file whose
+/// pid is alive is left alone (a pull under way beside this one); a pid
+/// reused since only delays the removal to a later start. This rather than
+/// `O_TMPFILE` + `linkat`: those need a filesystem that has them and
+/// `/proc` (or `CAP_DAC_READ_SEARCH`) to give the file a name, and a cache
+/// directory may be on anything.
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(temporary_pid) else { continue };
+        let dead = match rustix::process::Pid::from_raw(pid) {
+            Some(pid) => rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH),
+            None => false,
+        };
+        if dead {
+            let path = entry.path();
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!("oci cache: removed {}, left by a pull that was stopped", path.display())
+                }
+                Err(e) => tracing::warn!("oci cache: cannot remove {}: {e}", path.display()),
+            }
+        }
+    }
+}
+
+/// The writer's pid in a temporary file's name `.NAME.tmp-PID-HEX`.
+fn temporary_pid(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix('.')?;
+    let (_, tail) = rest.rsplit_once(".tmp-")?;
+    let (pid, rnd) = tail.split_once('-')?;
+    if rnd.is_empty() || !rnd.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    pid.parse::<i32>().ok().filter(|p| *p > 0)
+}
+
 fn cache_err(path: &Path, e: std::io::Error) -> Error {
     Error::Cache { path: path.display().to_string(), reason: e.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_our_temporary_names_give_a_pid() {
+        assert_eq!(temporary_pid(".0123abcd.tmp-4242-00ff00ff00ff"), Some(4242));
+        assert_eq!(temporary_pid(".a.b.tmp-7-ab"), Some(7));
+        for name in [
+            "0123.tmp-4242-00ff",
+            ".x.tmp-abc-00ff",
+            ".x.tmp-0-00ff",
+            ".x.tmp--1-00",
+            ".x.tmp-12-",
+            ".x.tmp-12-zz",
+            ".x",
+            "",
+        ] {
+            assert_eq!(temporary_pid(name), None, "{name}");
+        }
+    }
 }

@@ -83,7 +83,7 @@ pub(crate) fn client_config(
 /// What a failed TLS handshake means, in words an operator can act on;
 /// `None` when `e` is not a TLS failure (a refused connection, a timeout).
 pub(crate) fn explain(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    let tls = rustls_error(e)?;
+    let tls = crate::hooks::http::rustls_error(e)?;
     Some(match tls {
         rustls::Error::InvalidCertificate(c) => {
             format!(
@@ -113,25 +113,6 @@ fn certificate_problem(c: &rustls::CertificateError) -> &'static str {
         C::BadEncoding => "it does not decode",
         _ => "it was refused",
     }
-}
-
-/// The rustls error in `e`'s chain. `io::Error::source` skips the error it
-/// wraps (it returns that error's source), so wrapped errors are looked
-/// into with `get_ref` as well.
-fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(t) = err.downcast_ref::<rustls::Error>() {
-            return Some(t);
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
-        {
-            return Some(t);
-        }
-        cur = err.source();
-    }
-    None
 }
 
 #[cfg(test)]

@@ -7,8 +7,7 @@
 //! `{"critical":{"identity":{"docker-reference":R},"image":{"docker-manifest-digest":D},
 //! "type":"cosign container image signature"},"optional":{…}}`, each with the
 //! base64 DER signature in the layer annotation `dev.cosignproject.cosign/signature`.
-//! Keyless signatures (Fulcio certificates, Rekor bundles) are not checked
-//! here: they need the internet.
+//! Keyless signatures come as Sigstore bundles (`bundle.rs`).
 
 use std::collections::BTreeMap;
 
@@ -29,6 +28,8 @@ pub const PAYLOAD_TYPE: &str = "cosign container image signature";
 pub struct PublicKey {
     /// Where it was read from (messages).
     pub source: String,
+    /// When its signatures count (rotation).
+    pub window: super::Window,
     key: VerifyingKey,
 }
 
@@ -38,7 +39,26 @@ impl PublicKey {
         let key = VerifyingKey::from_public_key_pem(pem.trim()).map_err(|e| {
             format!("not an ECDSA P-256 public key in PEM (`-----BEGIN PUBLIC KEY-----`): {e}")
         })?;
-        Ok(PublicKey { source: source.to_owned(), key })
+        Ok(PublicKey { source: source.to_owned(), window: super::Window::default(), key })
+    }
+
+    /// The key, for Sigstore bundles.
+    pub(crate) fn ec(&self) -> super::keys::EcKey {
+        super::keys::EcKey::P256(self.key)
+    }
+
+    /// Its key id: the sha256 of its DER SubjectPublicKeyInfo, lowercase
+    /// hex (what `[verify] revoked_keys` lists; `sha256sum` of the DER form
+    /// of the PEM file).
+    pub fn id(&self) -> String {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(self.spki_der()))
+    }
+
+    /// Its DER SubjectPublicKeyInfo.
+    pub(crate) fn spki_der(&self) -> Vec<u8> {
+        use p256::pkcs8::EncodePublicKey as _;
+        self.key.to_public_key_der().map(|d| d.as_bytes().to_vec()).unwrap_or_default()
     }
 
     /// Whether `signature` (base64 of DER) is this key's over `payload`.
@@ -73,18 +93,19 @@ fn parse_payload(bytes: &[u8]) -> Result<Payload, String> {
 
 /// Check one signature layer: its signature annotation against `keys`,
 /// then its payload against `manifest_digest` and the required
-/// `annotations`. `Err` says why this signature does not count.
+/// `annotations`. Returns the key that signed; `Err` says why this
+/// signature does not count.
 ///
 /// Note well: the payload's `docker-reference` is not compared with the
 /// reference pulled (mirrors and re-tagging change it; the digest is what
 /// the signature binds).
-pub fn check(
+pub fn check<'k>(
     payload: &[u8],
     signature_b64: Option<&str>,
     manifest_digest: &str,
-    keys: &[PublicKey],
+    keys: &'k [PublicKey],
     annotations: &BTreeMap<String, String>,
-) -> Result<String, String> {
+) -> Result<&'k PublicKey, String> {
     let b64 = signature_b64.ok_or_else(|| format!("no {SIGNATURE_ANNOTATION} annotation"))?;
     let der = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
@@ -108,7 +129,7 @@ pub fn check(
             None => return Err(format!("the payload lacks the required annotation {k}={want:?}")),
         }
     }
-    Ok(key.source.clone())
+    Ok(key)
 }
 
 #[cfg(test)]
@@ -143,7 +164,7 @@ mod tests {
         let (sk, pk) = key(7);
         let p = payload(D, r#"{"channel":"stable"}"#);
         let ann = BTreeMap::from([("channel".to_owned(), "stable".to_owned())]);
-        assert_eq!(check(&p, Some(&sign(&sk, &p)), D, &[pk], &ann).unwrap(), "key7");
+        assert_eq!(check(&p, Some(&sign(&sk, &p)), D, &[pk], &ann).unwrap().source, "key7");
     }
 
     #[test]
@@ -153,7 +174,7 @@ mod tests {
         let (other, _) = key(9);
         let none = BTreeMap::new();
         let p = payload(D, "null");
-        let why = |r: Result<String, String>| r.unwrap_err();
+        let why = |r: Result<&PublicKey, String>| r.unwrap_err();
         assert!(
             why(check(&p, Some(&sign(&other, &p)), D, &keys, &none)).contains("none of the trusted keys")
         );
@@ -170,5 +191,33 @@ mod tests {
         assert!(
             PublicKey::from_pem("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----", "k").is_err()
         );
+    }
+
+    #[test]
+    fn a_key_id_is_the_sha256_of_its_der_public_key() {
+        use sha2::Digest as _;
+        let (sk, pk) = key(7);
+        let der = sk.verifying_key().to_public_key_der().unwrap();
+        assert_eq!(pk.id(), hex::encode(sha2::Sha256::digest(der.as_bytes())));
+        assert_ne!(pk.id(), key(9).1.id());
+        assert_eq!(pk.id().len(), 64);
+    }
+
+    #[test]
+    fn a_key_id_is_what_openssl_gives_for_the_pem_file() {
+        use sha2::Digest as _;
+        let (sk, pk) = key(11);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.pub");
+        std::fs::write(&path, sk.verifying_key().to_public_key_pem(Default::default()).unwrap()).unwrap();
+        let Ok(out) = std::process::Command::new("openssl")
+            .args(["pkey", "-pubin", "-outform", "DER", "-in"])
+            .arg(&path)
+            .output()
+        else {
+            return; // no openssl here
+        };
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(pk.id(), hex::encode(sha2::Sha256::digest(&out.stdout)));
     }
 }
