@@ -161,7 +161,9 @@ fn sighup_reloads_and_runs_every_instance() {
 #[test]
 fn the_interval_resyncs_and_repairs_a_target_changed_behind_the_agent_s_back() {
     let node = Node::new();
-    node.certsync("a", "[schedule]\ninterval = \"300ms\"\n");
+    // Drift repair would put the file back first (it is on by default);
+    // this test is about the interval alone.
+    node.certsync("a", "[schedule]\ninterval = \"300ms\"\n[drift]\nmode = \"off\"\n");
     let agent = Agent::start(&node, &[]);
     node.wait_generation("a", 1, &agent);
     // Someone edits a synced file by hand: the next resync puts it back.
@@ -174,9 +176,12 @@ fn the_interval_resyncs_and_repairs_a_target_changed_behind_the_agent_s_back() {
         std::thread::sleep(Duration::from_millis(10));
     }
     agent.wait_metric("durasync_agent_operations_total{durasync_instance=\"a\",outcome=\"replaced\"}", 1.0);
-    assert!(
-        agent.metric("durasync_agent_triggers_total{durasync_instance=\"a\",trigger=\"interval\"}").unwrap()
-            >= 1.0
+    agent.wait_metric_min("durasync_agent_triggers_total{durasync_instance=\"a\",trigger=\"interval\"}", 1.0);
+    assert_eq!(
+        agent.metric("durasync_agent_triggers_total{durasync_instance=\"a\",trigger=\"drift\"}"),
+        None,
+        "drift is off, so the repair was the interval's: {}",
+        agent.log()
     );
 }
 
