@@ -17,7 +17,7 @@ echo "== building the host (cargo build -p durasync)"
 cargo build --quiet --locked -p durasync
 
 echo "== building the certsync plugin for wasm32-wasip2"
-# The same flags as tests/support/wasm.rs: embedded paths are remapped so the
+# The same flags as tests/support/src/wasm.rs: embedded paths are remapped so the
 # component is byte-identical on every machine and matches the sha256 pinned
 # in plugins/certsync/plugin.toml.
 CARGO_ENCODED_RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"$'\x1f'"--remap-path-prefix=$root=/durasync" \

@@ -26,7 +26,7 @@ pub struct Operation {
     /// What was asked.
     pub op: Op,
     /// The report, or the error the plugin received. A `remove` of
-    /// nothing, an `exchange` and an `fsync` report [`Outcome::Unchanged`]
+    /// nothing, an `exchange` and an `fsync` report [`Outcome::Unchanged`](durasync_contract::Outcome::Unchanged)
     /// with no files.
     pub result: Result<Report>,
 }

@@ -5,24 +5,14 @@
 //! gives identical results, errors, operation records and disk state.
 //! A rule changed on one side only makes this test fail.
 
-#[path = "../../tests/support/wasm.rs"]
-mod wasm;
-
-#[path = "../../tests/support/snapshot.rs"]
-mod snapshot;
-
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use durasync::runtime::{CacheConfig, Manifest, Operation, RunRequest, Runtime};
 use durasync_guest::testing::{Host, PluginLimits};
+use durasync_test_support::snapshot::{Entry, snapshot_of};
+use durasync_test_support::{shared_cache, wasm};
 use parity_plugin::Script;
-
-/// The workspace root, as `tests/support` expects it from its parent module.
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("guest-sdk/ has a parent").to_path_buf()
-}
 
 /// Everything one side of a comparison produced.
 #[derive(Debug, PartialEq)]
@@ -32,7 +22,7 @@ struct Outcome {
     /// The operation records, times zeroed.
     records: Vec<Operation>,
     /// Kind, mode and bytes of everything in the roots.
-    disk: BTreeMap<String, String>,
+    disk: BTreeMap<String, Entry>,
 }
 
 /// How the two fixtures are seeded: `data` (rw), `ro` (read-only) and
@@ -50,11 +40,8 @@ fn seed(roots: &Path) {
     assert!(fifo.success(), "mkfifo failed");
 }
 
-fn disk(roots: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for top in ["data", "ro", "outside"] {
-        snapshot::snapshot(&roots.join(top), top, &mut out);
-    }
+fn disk(roots: &Path) -> BTreeMap<String, Entry> {
+    let out = snapshot_of(roots, &["data", "ro", "outside"]);
     // Leftover names are random; none may remain after a run.
     let leftovers: Vec<&String> = out.keys().filter(|k| k.contains("/.durasync-")).collect();
     assert!(leftovers.is_empty(), "leftovers remained: {leftovers:?}");
@@ -99,17 +86,14 @@ fn through_runtime(setup: Setup, script: &str) -> Outcome {
          [roots.data]\npath = \"roots/data\"\naccess = \"rw\"\nspecial_modes = {}\n\
          [roots.ro]\npath = \"roots/ro\"\naccess = \"ro\"\n[limits]\n",
         component.display(),
-        durasync::runtime::sha256_hex(&bytes),
+        durasync::digest::sha256_hex(&bytes),
         setup.special_modes
     );
     if let Some(n) = setup.write_files {
         text.push_str(&format!("write_files = {n}\n"));
     }
     let manifest = Manifest::parse(&text, &tmp.path().join("plugin.toml")).unwrap();
-    let cache = wasm::target_dir().join("parity-cache");
-    std::fs::create_dir_all(&cache).unwrap();
-    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let runtime = Runtime::new(&CacheConfig::Dir(cache)).unwrap();
+    let runtime = Runtime::new(&CacheConfig::Dir(shared_cache())).unwrap();
     let plugin = runtime.load_manifest(&manifest).unwrap();
     let request = RunRequest::from_manifest(&manifest, script.as_bytes().to_vec(), setup.dry_run).unwrap();
     let (result, records) = match plugin.run(&request) {
@@ -223,7 +207,7 @@ fn the_runtime_and_the_native_harness_agree_on_every_call() {
     let out = assert_parity(Setup::default(), CALLS);
     let transcript = out.result.unwrap();
     // The script reached what it means to test.
-    let depth_limit = format!("stopped at level {}: Limit(", durasync::durable::MAX_DEPTH);
+    let depth_limit = format!("stopped at level {}: Limit(", durasync::durable::names::MAX_DEPTH);
     for needle in [
         "InvalidPath(\"invalid path \\\"../x\\\"",
         "NotGranted(\"root `secret` is not granted to plugin parity (granted: data, ro)\")",

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use durasync::durable::{self, Op, Options, Probe, Tree};
+use durasync::durable::{self, Options, Probe, SysOp, Tree};
 
 const SIZE: usize = 4096;
 
@@ -33,8 +33,8 @@ fn rand_u64() -> u64 {
 struct CommitClock(Mutex<Option<Instant>>);
 
 impl Probe for CommitClock {
-    fn after(&self, op: &Op<'_>) {
-        if matches!(op, Op::FsyncDir { path: "." }) {
+    fn after(&self, op: &SysOp<'_>) {
+        if matches!(op, SysOp::FsyncDir { path: "." }) {
             *self.0.lock().unwrap() = Some(Instant::now());
         }
     }

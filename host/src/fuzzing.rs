@@ -243,7 +243,7 @@ pub fn harness(data: &[u8]) {
         ..PluginLimits::default()
     };
     let session = Session::new("fuzz", grants, limits, true);
-    let mut h = crate::harness::Harness::new(session, 10_000);
+    let mut h = crate::testing::harness::Harness::new(session, 10_000);
     let mut out = Vec::new();
     let _ = h.serve(&mut &data[..], &mut out);
     // Every answer is one JSON line.
@@ -254,7 +254,7 @@ pub fn harness(data: &[u8]) {
 
 /// A golden case's `case.toml` (`durasync test`).
 pub fn case_toml(data: &[u8]) {
-    if let Ok((_, Some(config), _)) = crate::golden::parse_case(data, Path::new("/fuzz/case.toml")) {
+    if let Ok((_, Some(config), _)) = crate::testing::golden::parse_case(data, Path::new("/fuzz/case.toml")) {
         assert!(serde_json::from_str::<serde_json::Value>(&config).is_ok());
     }
 }

@@ -1,4 +1,4 @@
-//! Actions after durable changes (README, "Validators and actions"): a real
+//! Actions after durable changes (docs/hooks.md, "Validators and actions"): a real
 //! command appending to a file runs exactly once per changed run (one run
 //! changing two directories owes it once); an agent killed with SIGKILL
 //! while the action is blocked (on a fifo: a deterministic point between

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{DEADLINE, certsync_wasm, sha256_of, shared_cache, support};
+use super::{DEADLINE, certsync_wasm, sha256_of_file, shared_cache, support};
 
 fn bin() -> PathBuf {
     std::env::var_os("DURASYNC_BENCH_BIN").map(PathBuf::from).unwrap_or_else(support::durasync)
@@ -54,7 +54,7 @@ fn run_manifest(root: &Path) -> String {
     format!(
         "name = \"certsync\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\n{}",
         wasm.display(),
-        sha256_of(&wasm),
+        sha256_of_file(&wasm),
         root.display(),
         example_config()
     )

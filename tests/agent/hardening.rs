@@ -4,7 +4,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
-use super::{Agent, DEADLINE, Node, certsync_manifest, certsync_wasm, hostile_wasm, sha256_of};
+use super::{Agent, DEADLINE, Node, certsync_manifest, certsync_wasm, hostile_wasm, sha256_of_file};
 
 /// Datagrams received on `socket` until `until` holds or the deadline.
 fn receive_until(socket: &UnixDatagram, messages: &mut Vec<String>, until: impl Fn(&[String]) -> bool) {
@@ -126,7 +126,7 @@ fn a_plugin_flooding_its_log_every_run_is_held_to_the_instance_s_rate() {
             "name = \"flood\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.data]\npath = \"{}\"\naccess = \"rw\"\n\
              [input]\nfile = \"{}\"\n[schedule]\ninterval = \"50ms\"\n",
             wasm.display(),
-            sha256_of(&wasm),
+            sha256_of_file(&wasm),
             node.root("flood").display(),
             node.path("inputs/flood.txt").display()
         ),

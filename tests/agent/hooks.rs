@@ -1,4 +1,4 @@
-//! Validators and guardrails (README, "Validators and actions"): real
+//! Validators and guardrails (docs/hooks.md, "Validators and actions"): real
 //! commands (`python3` checking JSON, `openssl x509 -noout` checking a
 //! certificate) run on the staged tree before the swap; a refusal leaves
 //! the target byte for byte unchanged, fails the run, and `/readyz` and
@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::{Agent, Node, base64, certsync_wasm, leftovers, sha256_of, support};
+use super::{Agent, Node, base64, certsync_wasm, leftovers, sha256_of_file, support};
 
 /// No retry on its own within a test: every run is one input change.
 const SCHEDULE: &str = "[schedule]\ninterval = \"1h\"\nbackoff_min = \"1h\"\nbackoff_max = \"1h\"\n";
@@ -38,7 +38,7 @@ fn manifest(node: &Node, name: &str, root_extra: &str, config: &str, hooks: &str
         "name = \"{name}\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\n{root_extra}\n\
          [config]\n{config}\n[input]\nfile = \"{}\"\n{SCHEDULE}{hooks}",
         wasm.display(),
-        sha256_of(&wasm),
+        sha256_of_file(&wasm),
         node.root(name).display(),
         node.input(name).display(),
     )
@@ -46,11 +46,9 @@ fn manifest(node: &Node, name: &str, root_extra: &str, config: &str, hooks: &str
 
 /// Every entry beneath `dir` (kind, mode, bytes) and the inode of `dir`
 /// itself: a swap, even of identical bytes, would change it.
-fn snap(dir: &Path) -> (u64, std::collections::BTreeMap<String, String>) {
+fn snap(dir: &Path) -> (u64, support::snapshot::Snapshot) {
     use std::os::unix::fs::MetadataExt;
-    let mut out = std::collections::BTreeMap::new();
-    support::snapshot::snapshot(dir, "", &mut out);
-    (std::fs::metadata(dir).unwrap().ino(), out)
+    (std::fs::metadata(dir).unwrap().ino(), support::snapshot::snapshot(dir))
 }
 
 fn read(path: &Path) -> Vec<u8> {
@@ -156,7 +154,7 @@ fn an_openssl_validator_refuses_a_truncated_certificate_through_durasync_run() {
          [[validate]]\nname = \"x509\"\nroot = \"certs\"\npath = \"secrets/**\"\n\
          command = [\"openssl\", \"x509\", \"-noout\", \"-in\", \"{{staged}}/tls.crt\"]\n",
         wasm.display(),
-        sha256_of(&wasm),
+        sha256_of_file(&wasm),
         root.display()
     );
     std::fs::write(t.join("plugin.toml"), manifest).unwrap();
@@ -190,7 +188,7 @@ fn a_dry_run_lists_the_guardrails_validators_and_actions_a_change_would_meet_and
          [[validate]]\nname = \"never\"\nroot = \"certs\"\npath = \"secrets/*\"\ncommand = [\"false\"]\n\
          [[action]]\nname = \"mark\"\nroot = \"certs\"\ncommand = [\"touch\", \"{}\"]\n",
         wasm.display(),
-        sha256_of(&wasm),
+        sha256_of_file(&wasm),
         root.display(),
         t.join("ran").display()
     );
@@ -221,7 +219,7 @@ fn a_root_with_min_files_refuses_a_plugin_s_removal_and_keeps_the_directory() {
         "name = \"rm\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\nmin_files = 1\n\
          [config]\nsecrets = [{{ name = \"tls\", optional = true }}]\n",
         wasm.display(),
-        sha256_of(&wasm),
+        sha256_of_file(&wasm),
         root.display()
     );
     std::fs::write(t.join("plugin.toml"), manifest).unwrap();
@@ -262,7 +260,7 @@ fn run_script(dir: &Path, root_extra: &str, hooks: &str, script: &str) -> std::p
     let manifest = format!(
         "name = \"script\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.data]\npath = \"{}\"\naccess = \"rw\"\n{root_extra}\n{hooks}",
         wasm.display(),
-        sha256_of(&wasm),
+        sha256_of_file(&wasm),
         dir.join("root").display()
     );
     std::fs::write(dir.join("plugin.toml"), manifest).unwrap();

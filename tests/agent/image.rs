@@ -27,9 +27,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use super::support::oci_artifacts::{openssl_key, openssl_sign, payload, skopeo_push_signature};
-use super::support::registry::{Registry, have, on_path};
+use super::support::registry::Registry;
+use super::support::snapshot::{Entry, snapshot};
+use super::support::{have, on_path, output_text, strip_ansi};
 use super::{certsync_wasm, support};
-use support::strip_ansi;
 
 /// The non-root user the image runs as by default (build.sh's USER).
 const IMAGE_UID: u32 = 65532;
@@ -95,7 +96,7 @@ impl Podman {
 }
 
 fn text(out: &Output) -> String {
-    strip_ansi(&format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    strip_ansi(&output_text(out))
 }
 
 /// The DaemonSet as far as running its container goes: read with a small
@@ -258,10 +259,8 @@ fn node_volumes(ds: &DaemonSet, node: &Path, others: &BTreeMap<&str, BTreeMap<&s
     args
 }
 
-fn tree(root: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    support::snapshot::snapshot(root, ".", &mut out);
-    out
+fn tree(root: &Path) -> BTreeMap<String, Entry> {
+    snapshot(root).unwrap_or_else(|| panic!("{} does not exist", root.display()))
 }
 
 /// Every regular file beneath `dir`, relative.
@@ -276,7 +275,7 @@ fn files(dir: &Path, rel: &Path, out: &mut BTreeSet<PathBuf>) {
     }
 }
 
-/// `contrib/image/build.sh`, exactly as the README runs it, with this test's
+/// `contrib/image/build.sh`, exactly as docs/agent.md runs it, with this test's
 /// binary and podman; the build context is kept in `context`.
 fn build(podman: &Podman, tag: &str, context: &Path) {
     let out = podman
@@ -493,7 +492,7 @@ fn the_image_is_built_from_scratch_without_a_plugin_and_syncs_with_the_daemonset
     let out = native_agent();
     assert!(out.status.success(), "the native agent failed:\n{}", text(&out));
     let expected = tree(&native_root);
-    assert!(expected.keys().any(|k| k.starts_with("./secrets/aggregator-client/")), "{expected:#?}");
+    assert!(expected.keys().any(|k| k.starts_with("secrets/aggregator-client/")), "{expected:#?}");
 
     // The signature policy holds: with another key in place of the
     // vendor's, the plugin is refused and nothing is written.
@@ -505,7 +504,7 @@ fn the_image_is_built_from_scratch_without_a_plugin_and_syncs_with_the_daemonset
     assert_eq!(out.status.code(), Some(super::ONCE_FAILED), "another key was accepted:\n{}", text(&out));
     assert!(text(&out).contains(&plugin_digest), "the refusal does not name the digest:\n{}", text(&out));
     let left = tree(&native_root);
-    assert_eq!(left.keys().collect::<Vec<_>>(), ["."], "a refused plugin wrote {left:#?}");
+    assert_eq!(left.keys().collect::<Vec<_>>(), [""], "a refused plugin wrote {left:#?}");
 
     // As the DaemonSet runs it: root without capabilities, read-only image.
     let node = work.path().join("node-root");
@@ -676,7 +675,7 @@ fn the_image_is_pushed_to_a_loopback_registry_and_runs_pulled_by_the_digest_the_
     build(&builder, &tag, &work.path().join("context"));
     let Some(registry) = Registry::start() else { return };
 
-    // Push, exactly as the README says: the pinned reference comes back.
+    // Push, exactly as docs/agent.md says: the pinned reference comes back.
     let dest = format!("{}/durasync:{}", registry.registry(), env!("CARGO_PKG_VERSION"));
     let out = builder
         .command("bash")
@@ -725,18 +724,18 @@ fn the_image_is_pushed_to_a_loopback_registry_and_runs_pulled_by_the_digest_the_
         format!("durasync {}", env!("CARGO_PKG_VERSION"))
     );
 
-    // The DaemonSet with that reference, as the README renders it, is valid.
+    // The DaemonSet with that reference, as docs/agent.md renders it, is valid.
     let yaml =
         std::fs::read_to_string(support::workspace_root().join("contrib/kubernetes/daemonset.yaml")).unwrap();
     let ds = daemonset();
     assert_eq!(yaml.matches(&format!("image: {}", ds.image)).count(), 1);
-    // The README's own `sed` line, run in a directory whose `contrib` is
+    // docs/agent.md's own `sed` line, run in a directory whose `contrib` is
     // this checkout's, with `ref` set as push.sh printed it.
-    let readme = std::fs::read_to_string(support::workspace_root().join("README.md")).unwrap();
-    let sed_line = readme
+    let page = std::fs::read_to_string(support::workspace_root().join("docs/agent.md")).unwrap();
+    let sed_line = page
         .lines()
         .find(|l| l.starts_with("sed \"s#image: registry.example.com/durasync:"))
-        .expect("README: no sed line pinning the DaemonSet");
+        .expect("docs/agent.md: no sed line pinning the DaemonSet");
     let cwd = work.path().join("apply");
     std::fs::create_dir(&cwd).unwrap();
     std::os::unix::fs::symlink(support::workspace_root().join("contrib"), cwd.join("contrib")).unwrap();

@@ -3,10 +3,6 @@
 //! `write tmp && rename`), real HTTP (`/metrics`, `/readyz`), real signals
 //! and the real certsync plugin; the hostile plugin for the one that loops.
 
-#[path = "../support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-
 mod actions;
 mod bench;
 mod config_dir;
@@ -24,15 +20,15 @@ mod systemd;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::strip_ansi;
+use durasync_test_support as support;
+use support::{base64, sha256_of_file, shared_cache, strip_ansi};
 
-/// Exit statuses (README, host/src/cli/exit.rs, host/src/cli/agent.rs).
+/// Exit statuses (docs/cli.md, host/src/cli/exit.rs, host/src/cli/agent.rs).
 const IO: i32 = 1;
 const POLICY: i32 = 12;
 const ONCE_FAILED: i32 = 13;
@@ -47,19 +43,6 @@ fn certsync_wasm() -> PathBuf {
 
 fn hostile_wasm() -> PathBuf {
     support::wasm::build("tests/hostile/plugins/Cargo.toml", "hostile")
-}
-
-fn sha256_of(path: &Path) -> String {
-    durasync::runtime::sha256_hex(&std::fs::read(path).unwrap())
-}
-
-/// A compile cache shared by the whole test binary (only the first load
-/// of a component compiles it).
-fn shared_cache() -> PathBuf {
-    let dir = support::wasm::target_dir().join("agent-test-cache");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    dir
 }
 
 /// A node: `agent.d/` (the config directory), `inputs/` (input files) and
@@ -156,25 +139,9 @@ fn certsync_manifest(name: &str, root: &Path, extra: &str) -> String {
         "name = \"{name}\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\n\
          [config]\nsecrets = [{{ name = \"tls\" }}]\nconfigmaps = [{{ name = \"ca\" }}]\n{extra}",
         wasm.display(),
-        sha256_of(&wasm),
+        sha256_of_file(&wasm),
         root.display()
     )
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// The bytes of key `key` in generation `g`.
@@ -269,21 +236,12 @@ fn generation_of(root: &Path, extra: usize) -> Option<u32> {
     (g == sg).then_some(g)
 }
 
-/// Every `.durasync-*` leftover (the lock file is not one) beneath `dir`.
+/// Every `.durasync-*` entry beneath `dir` (the lock, `.durasync.lock`, is
+/// not one).
 fn leftovers(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return out };
-    for e in entries {
-        let e = e.unwrap();
-        let name = e.file_name().into_string().unwrap();
-        if name.starts_with(".durasync-") {
-            out.push(e.path());
-        }
-        if e.file_type().unwrap().is_dir() {
-            out.extend(leftovers(&e.path()));
-        }
-    }
-    out
+    let mut found = support::durasync_entries(dir);
+    found.retain(|p| p.file_name().is_some_and(|n| n.as_encoded_bytes().starts_with(b".durasync-")));
+    found
 }
 
 /// A running `durasync agent`, its log collected line by line.

@@ -1,4 +1,4 @@
-//! Probation after commit (README, "Probation"): a change a `[[probe]]`
+//! Probation after commit (docs/hooks.md, "Probation"): a change a `[[probe]]`
 //! covers commits with its previous tree kept; a probe failing for the new
 //! contents (a real HTTP server in the test, or a real command) makes the
 //! agent revert within `within` plus one interval, the consumer's action

@@ -6,27 +6,21 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::{Agent, DEADLINE, Node, sha256_of};
+use durasync::digest::oci_digest;
 
-#[path = "../oci/fake.rs"]
-#[allow(dead_code)]
-mod fake;
-
-use fake::{Fake, Reply};
+use super::support::fake_registry::{Fake, Reply};
+use super::support::sha256_of_file;
+use super::{Agent, DEADLINE, Node};
 
 const REPO: &str = "vendor/plugin";
-
-fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", durasync::runtime::sha256_hex(bytes))
-}
 
 /// A plugin manifest (one wasm layer `wasm`), its bytes.
 fn manifest(wasm: &[u8]) -> Vec<u8> {
     serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": digest(b"{}"), "size": 2},
-        "layers": [{"mediaType": "application/wasm", "digest": digest(wasm), "size": wasm.len()}],
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": oci_digest(b"{}"), "size": 2},
+        "layers": [{"mediaType": "application/wasm", "digest": oci_digest(wasm), "size": wasm.len()}],
     })
     .to_string()
     .into_bytes()
@@ -79,20 +73,20 @@ fn wait_problem(agent: &Agent, name: &str, needles: &[&str], alone: bool) -> Str
 #[test]
 fn a_registry_redirect_to_a_url_without_a_host_fails_only_its_instance() {
     let node = Node::new();
-    let wasm = format!("\0asm not fetched {}", sha256_of(&super::certsync_wasm())).into_bytes();
+    let wasm = format!("\0asm not fetched {}", sha256_of_file(&super::certsync_wasm())).into_bytes();
     let m = manifest(&wasm);
     let mut routes = HashMap::new();
     routes.insert(
-        format!("/v2/{REPO}/manifests/{}", digest(&m)),
+        format!("/v2/{REPO}/manifests/{}", oci_digest(&m)),
         Reply::Body(200, "application/json", m.clone()),
     );
     routes.insert(
-        format!("/v2/{REPO}/blobs/{}", digest(&wasm)),
+        format!("/v2/{REPO}/blobs/{}", oci_digest(&wasm)),
         Reply::Headers(307, vec!["Location: file:///etc/passwd".into()], Vec::new()),
     );
     let fake = Fake::start(routes);
     // "a-…" sorts first: it is loaded before the good one.
-    oci_instance(&node, "a-redirect", &fake, &digest(&m));
+    oci_instance(&node, "a-redirect", &fake, &oci_digest(&m));
     node.certsync("b-good", "");
     let agent = Agent::start(&node, &[]);
     node.wait_generation("b-good", 1, &agent);
@@ -107,12 +101,12 @@ fn a_registry_redirect_to_a_url_without_a_host_fails_only_its_instance() {
 /// so a loader taking them in order would pull it before the good one.
 fn dripping_beside_good() -> (Node, Fake) {
     let node = Node::new();
-    let wasm = format!("\0asm dripped {}", sha256_of(&super::certsync_wasm())).into_bytes();
+    let wasm = format!("\0asm dripped {}", sha256_of_file(&super::certsync_wasm())).into_bytes();
     let m = manifest(&wasm);
     let mut routes = HashMap::new();
-    routes.insert(format!("/v2/{REPO}/manifests/{}", digest(&m)), Reply::Drip(m.clone()));
+    routes.insert(format!("/v2/{REPO}/manifests/{}", oci_digest(&m)), Reply::Drip(m.clone()));
     let fake = Fake::start(routes);
-    oci_instance(&node, "a-drip", &fake, &digest(&m));
+    oci_instance(&node, "a-drip", &fake, &oci_digest(&m));
     node.certsync("b-good", "");
     (node, fake)
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Agent, Node, hostile_wasm, median_max, sha256_of};
+use super::{Agent, Node, hostile_wasm, median_max, sha256_of_file};
 
 const SLOW_SCHEDULE: &str = "[schedule]\ninterval = \"1h\"\n";
 
@@ -52,7 +52,7 @@ fn two_instances_sync_at_start_and_every_input_change_reaches_disk_and_the_metri
         let bytes = agent.metric(&format!("durasync_agent_bytes_written_total{{{l}}}")).unwrap_or(0.0);
         assert!(bytes >= 18.0, "bytes written {bytes} for 18 files written");
         agent.wait_metric(&format!("durasync_agent_run_duration_seconds_count{{{l}}}"), 6.0);
-        let sha = sha256_of(&super::certsync_wasm());
+        let sha = sha256_of_file(&super::certsync_wasm());
         agent.wait_metric(
             &format!("durasync_agent_plugin_info{{{l},sha256=\"{sha}\",manifest_digest=\"\"}}"),
             1.0,
@@ -91,7 +91,7 @@ fn a_plugin_that_loops_forever_does_not_delay_the_other_instance() {
              [limits]\nfuel = \"unlimited\"\ntimeout_ms = {timeout_ms}\n[input]\nfile = \"{}\"\n\
              [schedule]\ninterval = \"1h\"\nbackoff_min = \"1h\"\n",
             wasm.display(),
-            sha256_of(&wasm),
+            sha256_of_file(&wasm),
             node.root("loop").display(),
             node.path("inputs/loop.txt").display()
         ),

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{certsync_wasm, generation_of, leftovers, list, sha256_of, support};
+use super::{certsync_wasm, generation_of, leftovers, list, sha256_of_file, support};
 
 /// The Debian release of the rootfs (the one this project's machines run).
 const SUITE: &str = "bookworm";
@@ -30,21 +30,13 @@ const BOOT_DEADLINE: Duration = Duration::from_secs(600);
 /// slower, and the first one builds the rootfs.
 static BOOTS: Mutex<()> = Mutex::new(());
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Why this machine cannot boot the rootfs, if it cannot.
 fn missing_prerequisite() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("booting a container with systemd-nspawn needs root".into());
     }
     for (tool, package) in [("debootstrap", "debootstrap"), ("systemd-nspawn", "systemd-container")] {
-        if !have(tool) {
+        if !support::on_path(tool) {
             return Some(format!("{tool} is not installed (apt-get install {package})"));
         }
     }
@@ -137,12 +129,13 @@ fn remove_partial(dir: &Path) {
     std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
 }
 
-/// The README's "Install the unit" commands, as a script run from a
+/// The "Install the unit" commands of docs/agent.md, as a script run from a
 /// checkout at /src.
-fn readme_install_commands() -> String {
-    let readme = std::fs::read_to_string(support::workspace_root().join("README.md")).unwrap();
-    let start = readme.find("```sh\n# Install the unit\n").expect("README: no \"# Install the unit\" block");
-    let block = &readme[start + "```sh\n".len()..];
+fn documented_install_commands() -> String {
+    let page = std::fs::read_to_string(support::workspace_root().join("docs/agent.md")).unwrap();
+    let start =
+        page.find("```sh\n# Install the unit\n").expect("docs/agent.md: no \"# Install the unit\" block");
+    let block = &page[start + "```sh\n".len()..];
     let block = &block[..block.find("```").unwrap()];
     assert!(block.contains("systemctl enable --now durasync-agent"), "{block}");
     format!("set -eux\ncd /src\n{block}")
@@ -170,8 +163,8 @@ impl Node {
         std::fs::copy(support::workspace_root().join("tests/agent/systemd/node.sh"), test.join("node.sh"))
             .unwrap();
         let wasm = certsync_wasm();
-        std::fs::write(test.join("certsync.sha256"), sha256_of(&wasm)).unwrap();
-        std::fs::write(test.join("install.sh"), readme_install_commands()).unwrap();
+        std::fs::write(test.join("certsync.sha256"), sha256_of_file(&wasm)).unwrap();
+        std::fs::write(test.join("install.sh"), documented_install_commands()).unwrap();
         for g in 1..=3 {
             std::fs::write(test.join(format!("gen{g}.json")), list(g)).unwrap();
         }
@@ -210,7 +203,7 @@ impl Node {
             // The cached tree stays pristine: every write goes to a tmpfs.
             .arg("--volatile=overlay")
             .args(if mode == "bare" {
-                // A checkout at /src (the README's commands install from it)…
+                // A checkout at /src (docs/agent.md's commands install from it)…
                 vec![
                     bind(&unit, "/src/contrib/systemd/durasync-agent.service", true),
                     bind(&support::durasync(), "/src/target/release/durasync", true),
@@ -321,7 +314,7 @@ fn the_unit_starts_on_a_node_without_the_optional_kubernetes_directories() {
         &node,
         "bare",
         &[
-            "installed-by-readme-starts-without-kubernetes-dirs",
+            "installed-as-documented-starts-without-kubernetes-dirs",
             "without-dash-fails-226",
             "starts-without-manifests-dir",
         ],

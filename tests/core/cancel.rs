@@ -6,7 +6,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use durasync::durable::{self, Cancel, Error, NoProbe, Op, Options, Outcome, Probe, Tree};
+use durasync::durable::{self, Cancel, Error, NoProbe, Options, Outcome, Probe, SysOp, Tree};
 
 use crate::common::*;
 
@@ -19,13 +19,13 @@ struct SetFlagAfter<'a, F> {
 }
 
 impl<F: Fn(&Key) -> bool + Sync> Probe for SetFlagAfter<'_, F> {
-    fn after(&self, op: &Op<'_>) {
+    fn after(&self, op: &SysOp<'_>) {
         if (self.pred)(&key(op)) && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.after {
             self.flag.store(true, Ordering::SeqCst);
         }
     }
 
-    fn before(&self, _op: &Op<'_>) -> io::Result<()> {
+    fn before(&self, _op: &SysOp<'_>) -> io::Result<()> {
         Ok(())
     }
 }

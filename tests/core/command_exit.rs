@@ -1,4 +1,4 @@
-//! A validator's own exit decides (`host/src/process.rs`): one that leaves
+//! A validator's own exit decides (`host/src/spawn/child.rs`): one that leaves
 //! a process behind holding its output — in its group or in a session of
 //! its own (`setsid`) — is judged by its exit status at once, not refused
 //! as timed out when the leftover finally closes the pipe.

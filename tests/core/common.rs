@@ -1,6 +1,6 @@
 //! Helpers of the core tests: scratch directories, full-tree snapshots
-//! (names, bytes, modes), trees on disk, and probes that record or fail
-//! the core's system calls.
+//! (`support::snapshot`, compared with the trees the tests wrote), trees on
+//! disk, and probes that record or fail the core's system calls.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -13,7 +13,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use durasync::durable::names::{LOCK_NAME, is_leftover};
-use durasync::durable::{Node, Op, Options, Probe, RequestLimits, Tree};
+use durasync::durable::{Node, Options, Probe, RequestLimits, SysOp, Tree};
+pub use durasync_test_support::snapshot::{Entry, Snapshot, snapshot};
 
 /// A fresh directory with an fd on it: the parent of the targets of a test.
 pub struct Scratch {
@@ -92,52 +93,6 @@ pub fn opts(probe: &dyn Probe, threads: usize) -> Options<'_> {
         threads,
         flush: durasync::durable::Flush::Fsync,
         ..Options::default()
-    }
-}
-
-/// One entry of a [`Snapshot`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Entry {
-    Dir { mode: u32 },
-    File { mode: u32, bytes: Vec<u8> },
-    Symlink { to: PathBuf },
-    Other { mode: u32 },
-}
-
-/// Everything beneath a path, by relative path (`""` is the path itself),
-/// links not followed. `None` when nothing is there.
-pub type Snapshot = Option<BTreeMap<String, Entry>>;
-
-pub fn snapshot(path: &Path) -> Snapshot {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-        Err(e) => panic!("stat {}: {e}", path.display()),
-    };
-    let mut out = BTreeMap::new();
-    snap_into(path, "", &meta, &mut out);
-    Some(out)
-}
-
-fn snap_into(path: &Path, rel: &str, meta: &std::fs::Metadata, out: &mut BTreeMap<String, Entry>) {
-    let mode = meta.permissions().mode() & 0o7777;
-    let ft = meta.file_type();
-    if ft.is_symlink() {
-        out.insert(rel.to_owned(), Entry::Symlink { to: std::fs::read_link(path).unwrap() });
-    } else if ft.is_file() {
-        out.insert(rel.to_owned(), Entry::File { mode, bytes: std::fs::read(path).unwrap() });
-    } else if ft.is_dir() {
-        out.insert(rel.to_owned(), Entry::Dir { mode });
-        let mut children: Vec<_> = std::fs::read_dir(path).unwrap().map(|e| e.unwrap()).collect();
-        children.sort_by_key(|e| e.file_name());
-        for child in children {
-            let name = child.file_name().into_string().expect("utf-8 test names");
-            let child_rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
-            let child_meta = std::fs::symlink_metadata(child.path()).unwrap();
-            snap_into(&child.path(), &child_rel, &child_meta, out);
-        }
-    } else {
-        out.insert(rel.to_owned(), Entry::Other { mode });
     }
 }
 
@@ -248,22 +203,22 @@ pub fn normalize(path: &str) -> String {
         .join("/")
 }
 
-pub fn key(op: &Op<'_>) -> Key {
+pub fn key(op: &SysOp<'_>) -> Key {
     let (kind, path) = match op {
-        Op::Lock { dir } => ("lock", normalize(dir)),
-        Op::Mkdir { path } => ("mkdir", normalize(path)),
-        Op::Create { path } => ("create", normalize(path)),
-        Op::Write { path, .. } => ("write", normalize(path)),
+        SysOp::Lock { dir } => ("lock", normalize(dir)),
+        SysOp::Mkdir { path } => ("mkdir", normalize(path)),
+        SysOp::Create { path } => ("create", normalize(path)),
+        SysOp::Write { path, .. } => ("write", normalize(path)),
         // A directory is chmodded twice (filled at 0700, then its own mode).
-        Op::Chmod { path, mode } => ("chmod", format!("{} {mode:o}", normalize(path))),
-        Op::FsyncFile { path } => ("fsync-file", normalize(path)),
-        Op::FsyncDir { path } => ("fsync-dir", normalize(path)),
-        Op::Syncfs { path } => ("syncfs", normalize(path)),
-        Op::Exchange { a, b } => ("exchange", format!("{} <-> {}", normalize(a), normalize(b))),
-        Op::Rename { from, to, .. } => ("rename", format!("{} -> {}", normalize(from), normalize(to))),
-        Op::Link { from, to } => ("link", format!("{} -> {}", normalize(from), normalize(to))),
-        Op::Unlink { path } => ("unlink", normalize(path)),
-        Op::Rmdir { path } => ("rmdir", normalize(path)),
+        SysOp::Chmod { path, mode } => ("chmod", format!("{} {mode:o}", normalize(path))),
+        SysOp::FsyncFile { path } => ("fsync-file", normalize(path)),
+        SysOp::FsyncDir { path } => ("fsync-dir", normalize(path)),
+        SysOp::Syncfs { path } => ("syncfs", normalize(path)),
+        SysOp::Exchange { a, b } => ("exchange", format!("{} <-> {}", normalize(a), normalize(b))),
+        SysOp::Rename { from, to, .. } => ("rename", format!("{} -> {}", normalize(from), normalize(to))),
+        SysOp::Link { from, to } => ("link", format!("{} -> {}", normalize(from), normalize(to))),
+        SysOp::Unlink { path } => ("unlink", normalize(path)),
+        SysOp::Rmdir { path } => ("rmdir", normalize(path)),
     };
     Key { kind, path }
 }
@@ -296,7 +251,7 @@ impl Recorder {
 }
 
 impl Probe for Recorder {
-    fn before(&self, op: &Op<'_>) -> io::Result<()> {
+    fn before(&self, op: &SysOp<'_>) -> io::Result<()> {
         self.ops.lock().unwrap().push(key(op));
         Ok(())
     }
@@ -321,7 +276,7 @@ impl<F: Fn(&Key) -> bool + Sync> FailWhen<F> {
 }
 
 impl<F: Fn(&Key) -> bool + Sync> Probe for FailWhen<F> {
-    fn before(&self, op: &Op<'_>) -> io::Result<()> {
+    fn before(&self, op: &SysOp<'_>) -> io::Result<()> {
         if (self.pred)(&key(op)) {
             self.hits.fetch_add(1, Ordering::SeqCst);
             return Err(io::Error::from_raw_os_error(self.errno));

@@ -7,7 +7,8 @@
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use durasync::durable::{self, Error, MAX_DEPTH, NoProbe, Outcome, Tree};
+use durasync::durable::names::MAX_DEPTH;
+use durasync::durable::{self, Error, NoProbe, Outcome, Tree};
 use rustix::fs::{Mode, OFlags};
 
 use crate::common::*;

@@ -338,9 +338,9 @@ struct NoRenameFlags {
 }
 
 impl durable::Probe for NoRenameFlags {
-    fn before(&self, op: &durable::Op<'_>) -> std::io::Result<()> {
+    fn before(&self, op: &durable::SysOp<'_>) -> std::io::Result<()> {
         match op {
-            durable::Op::Rename { replace: false, .. } | durable::Op::Exchange { .. } => {
+            durable::SysOp::Rename { replace: false, .. } | durable::SysOp::Exchange { .. } => {
                 self.hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Err(std::io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error()))
             }

@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use durasync::durable::{self, Op, Outcome, Probe, Tree};
+use durasync::durable::{self, Outcome, Probe, SysOp, Tree};
 
 use crate::common::*;
 
@@ -100,8 +100,8 @@ struct Swapper {
 }
 
 impl Probe for Swapper {
-    fn before(&self, op: &Op<'_>) -> io::Result<()> {
-        if let Op::Link { from, .. } = *op {
+    fn before(&self, op: &SysOp<'_>) -> io::Result<()> {
+        if let SysOp::Link { from, .. } = *op {
             let mut victims = self.victims.lock().unwrap();
             if let Some(i) = victims.iter().position(|(v, _)| v == from) {
                 let (victim, symlink) = victims.remove(i);

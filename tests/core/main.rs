@@ -1,10 +1,5 @@
 //! core tests (see tests/README.md): the durable core and the native CLI.
 
-#[path = "../support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-
-#[allow(dead_code)]
 mod common;
 
 mod atime;
@@ -14,6 +9,7 @@ mod cli;
 mod command_exit;
 mod concurrency;
 mod deep;
+mod doctor;
 mod faults;
 mod flush;
 mod fsync_count;
@@ -26,3 +22,5 @@ mod previous;
 mod retry;
 mod unchanged_from;
 mod upstream_matrix;
+
+use durasync_test_support as support;

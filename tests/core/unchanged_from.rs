@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::{fs, io};
 
-use durasync::durable::{self, Op, Probe, RequestLimits, Tree, read_tree};
+use durasync::durable::{self, Probe, RequestLimits, SysOp, Tree, read_tree};
 use rustix::fs::{CWD, RenameFlags};
 use rustix::io::Errno;
 
@@ -171,8 +171,8 @@ struct SwapAtLock<'a> {
 }
 
 impl Probe for SwapAtLock<'_> {
-    fn before(&self, op: &Op<'_>) -> io::Result<()> {
-        if matches!(op, Op::Lock { .. }) {
+    fn before(&self, op: &SysOp<'_>) -> io::Result<()> {
+        if matches!(op, SysOp::Lock { .. }) {
             rustix::fs::renameat_with(
                 CWD,
                 self.dir.join("target"),

@@ -4,10 +4,6 @@
 //!
 //! `cargo test -p durasync --test crash -- --nocapture` prints the numbers.
 
-#[path = "../support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-
 mod explorer;
 mod keep;
 mod ledger;
@@ -21,6 +17,7 @@ mod validator;
 
 use std::path::PathBuf;
 
+use durasync_test_support as support;
 pub use support::cannot_check;
 
 /// Where the explorer materialises crash states: `/dev/shm` when it is a

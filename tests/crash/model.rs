@@ -34,8 +34,8 @@
 //!   durable only once that directory is fsynced. Both names show the
 //!   inode's states. Link counts are not modelled: the model assumes the
 //!   count persists with the entry (a journaled file system; on ext4
-//!   without a journal `e2fsck` repairs it after a crash, see the README's
-//!   "Not promised").
+//!   without a journal `e2fsck` repairs it after a crash, see docs/guarantees.md,
+//!   "What is outside the promise").
 //!
 //! - a kept previous (`durasync::durable::previous`) is valid when its
 //!   entry's own inode is the one its name states; the model tracks which

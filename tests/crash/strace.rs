@@ -28,7 +28,7 @@ use std::process::Command;
 use crate::explorer::{Explorer, Opts};
 use crate::model::{Disk, materialise};
 use crate::scenarios::{self, dir, file};
-use crate::support::durasync;
+use crate::support::{durasync, sha256_of_file};
 use crate::trace::{DurableSeq, Event, ROp, Recorder, staging_rel};
 
 /// The syscalls that can make anything durable or move a name.
@@ -492,9 +492,8 @@ fn strace_of_a_file_write_matches_the_explored_sequence_for_a_create_and_a_repla
 /// certsync through `durasync run` (no compile cache, so nothing but the
 /// core renames or fsyncs): a manifest granting `root` as `certs`.
 fn certsync_manifest(work: &Path, root: &Path) -> PathBuf {
-    use sha2::Digest;
     let wasm = crate::support::wasm::build("Cargo.toml", "certsync");
-    let sha = hex::encode(sha2::Sha256::digest(std::fs::read(&wasm).expect("read wasm")));
+    let sha = sha256_of_file(&wasm);
     let manifest = work.join("plugin.toml");
     let text = format!(
         "name = \"certsync\"\nwasm = \"{}\"\nsha256 = \"{sha}\"\n[roots.certs]\npath = \"{}\"\naccess = \"rw\"\n\

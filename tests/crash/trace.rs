@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use durasync::durable::names::{is_leftover, parse_keep};
-use durasync::durable::{Op, Probe};
+use durasync::durable::{Probe, SysOp};
 
 /// One recorded operation, owned, with paths relative to the explored root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,8 +188,8 @@ impl Recorder {
 }
 
 impl Probe for Recorder {
-    fn before(&self, op: &Op<'_>) -> std::io::Result<()> {
-        if let Op::Syncfs { path } = *op {
+    fn before(&self, op: &SysOp<'_>) -> std::io::Result<()> {
+        if let SysOp::Syncfs { path } = *op {
             let mut fail = self.fail_syncfs.lock().unwrap_or_else(|p| p.into_inner());
             if *fail {
                 *fail = false;
@@ -198,7 +198,7 @@ impl Probe for Recorder {
                 return Err(std::io::Error::from_raw_os_error(5));
             }
         }
-        if let Op::FsyncDir { path } = *op {
+        if let SysOp::FsyncDir { path } = *op {
             let mut fail = self.fail_fsync_of.lock().unwrap_or_else(|p| p.into_inner());
             if fail.as_deref() == Some(path) {
                 *fail = None;
@@ -210,22 +210,22 @@ impl Probe for Recorder {
         Ok(())
     }
 
-    fn after(&self, op: &Op<'_>) {
+    fn after(&self, op: &SysOp<'_>) {
         let p = |s: &str| self.p(s);
         let rop = match *op {
-            Op::Lock { dir } => ROp::Lock { dir: p(dir) },
-            Op::Mkdir { path } => ROp::Mkdir { path: p(path) },
-            Op::Create { path } => ROp::Create { path: p(path) },
-            Op::Write { path, data } => ROp::Write { path: p(path), data: data.to_vec() },
-            Op::Chmod { path, mode } => ROp::Chmod { path: p(path), mode },
-            Op::FsyncFile { path } => ROp::FsyncFile { path: p(path) },
-            Op::FsyncDir { path } => ROp::FsyncDir { path: p(path) },
-            Op::Syncfs { path } => ROp::Syncfs { path: p(path) },
-            Op::Link { from, to } => ROp::Link { from: p(from), to: p(to) },
-            Op::Exchange { a, b } => ROp::Exchange { a: p(a), b: p(b) },
-            Op::Rename { from, to, replace } => ROp::Rename { from: p(from), to: p(to), replace },
-            Op::Unlink { path } => ROp::Unlink { path: p(path) },
-            Op::Rmdir { path } => ROp::Rmdir { path: p(path) },
+            SysOp::Lock { dir } => ROp::Lock { dir: p(dir) },
+            SysOp::Mkdir { path } => ROp::Mkdir { path: p(path) },
+            SysOp::Create { path } => ROp::Create { path: p(path) },
+            SysOp::Write { path, data } => ROp::Write { path: p(path), data: data.to_vec() },
+            SysOp::Chmod { path, mode } => ROp::Chmod { path: p(path), mode },
+            SysOp::FsyncFile { path } => ROp::FsyncFile { path: p(path) },
+            SysOp::FsyncDir { path } => ROp::FsyncDir { path: p(path) },
+            SysOp::Syncfs { path } => ROp::Syncfs { path: p(path) },
+            SysOp::Link { from, to } => ROp::Link { from: p(from), to: p(to) },
+            SysOp::Exchange { a, b } => ROp::Exchange { a: p(a), b: p(b) },
+            SysOp::Rename { from, to, replace } => ROp::Rename { from: p(from), to: p(to), replace },
+            SysOp::Unlink { path } => ROp::Unlink { path: p(path) },
+            SysOp::Rmdir { path } => ROp::Rmdir { path: p(path) },
         };
         self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(rop);
     }

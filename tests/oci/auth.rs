@@ -24,7 +24,11 @@ fn a_registry_with_basic_auth_takes_credentials_from_the_docker_config() {
     // No credentials: refused by the registry, and the message says how.
     let out = durasync(&cache, &push);
     assert_status(&out, IO);
-    assert!(text(&out).contains("answered 401") && text(&out).contains("docker login"), "{}", text(&out));
+    assert!(
+        output_text(&out).contains("answered 401") && output_text(&out).contains("docker login"),
+        "{}",
+        output_text(&out)
+    );
 
     // `$DOCKER_CONFIG/config.json` with `auth` (base64 user:password), as `docker login` writes it.
     let docker = tmp.path().join("docker");
@@ -51,5 +55,5 @@ fn a_registry_with_basic_auth_takes_credentials_from_the_docker_config() {
     let out =
         durasync_env(&tmp.path().join("fresh2"), &["pull", &reference], &[("REGISTRY_AUTH_FILE", &file)]);
     assert_status(&out, IO);
-    assert!(text(&out).contains("answered 401"), "{}", text(&out));
+    assert!(output_text(&out).contains("answered 401"), "{}", output_text(&out));
 }

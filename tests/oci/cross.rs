@@ -54,13 +54,13 @@ fn a_component_pushed_by_durasync_is_read_back_by_skopeo_and_runs_pinned_by_dige
         .arg(format!("docker://{}/vendor/example:1.0", reg.registry()))
         .output()
         .unwrap();
-    assert!(out.status.success(), "skopeo inspect: {}", text(&out));
-    assert_eq!(digest(&out.stdout), manifest_digest);
+    assert!(out.status.success(), "skopeo inspect: {}", output_text(&out));
+    assert_eq!(oci_digest(&out.stdout), manifest_digest);
     let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(m["config"]["mediaType"], "application/vnd.wasm.config.v0+json");
     assert_eq!(m["layers"].as_array().unwrap().len(), 1);
     assert_eq!(m["layers"][0]["mediaType"], "application/wasm");
-    assert_eq!(m["layers"][0]["digest"], digest(&std::fs::read(example_wasm()).unwrap()));
+    assert_eq!(m["layers"][0]["digest"], oci_digest(&std::fs::read(example_wasm()).unwrap()));
 
     // A manifest naming it by digest runs it (a fresh cache: pulled now).
     let work = tmp.path().join("work");
@@ -112,9 +112,9 @@ fn an_artifact_pushed_by_skopeo_in_the_older_layout_is_pulled_by_durasync() {
     let out = durasync(&cache, &["pull", &format!("oci://{}/legacy/example:v1", reg.registry())]);
     assert_status(&out, OK);
     assert_eq!(field(&out, "manifest digest:"), manifest_digest);
-    assert_eq!(field(&out, "sha256:"), sha256(&wasm));
+    assert_eq!(field(&out, "sha256:"), sha256_hex(&wasm));
     // The blob is in the content-addressed cache, private.
-    let cached = cache.join("durasync/oci/blobs/sha256").join(sha256(&wasm));
+    let cached = cache.join("durasync/oci/blobs/sha256").join(sha256_hex(&wasm));
     assert_eq!(std::fs::read(&cached).unwrap(), wasm);
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&cached).unwrap().permissions().mode() & 0o777, 0o600);
@@ -150,7 +150,7 @@ fn an_openssl_signature_pushed_by_skopeo_verifies_and_other_keys_or_digests_are_
     // Another key: refused, exit 12, naming the digest and why.
     let out = durasync(&cache, &["pull", &reference, "--key", stranger_pub.to_str().unwrap()]);
     assert_status(&out, POLICY);
-    let msg = text(&out);
+    let msg = output_text(&out);
     assert!(msg.contains(&d1) && msg.contains("none of the trusted keys"), "{msg}");
 
     // A manifest by tag with a [verify] policy runs; a required annotation
@@ -165,7 +165,7 @@ fn an_openssl_signature_pushed_by_skopeo_verifies_and_other_keys_or_digests_are_
         run_manifest(&work, &reference, &format!("{keys}annotations = {{ channel = \"beta\" }}\n"));
     let out = run(&cache, &manifest);
     assert_status(&out, POLICY);
-    assert!(text(&out).contains("channel"), "{}", text(&out));
+    assert!(output_text(&out).contains("channel"), "{}", output_text(&out));
 
     // The tag moved to an unsigned release: refused (no signature).
     let d2 = {
@@ -180,7 +180,11 @@ fn an_openssl_signature_pushed_by_skopeo_verifies_and_other_keys_or_digests_are_
     assert_ne!(d1, d2);
     let out = durasync(&cache, &["pull", &reference, "--key", vendor_pub.to_str().unwrap()]);
     assert_status(&out, POLICY);
-    assert!(text(&out).contains(&d2) && text(&out).contains("not signed"), "{}", text(&out));
+    assert!(
+        output_text(&out).contains(&d2) && output_text(&out).contains("not signed"),
+        "{}",
+        output_text(&out)
+    );
 
     // A signature whose payload names another digest (release 1's, replayed
     // onto release 2's signature tag): refused.
@@ -189,6 +193,6 @@ fn an_openssl_signature_pushed_by_skopeo_verifies_and_other_keys_or_digests_are_
     skopeo_push_signature(dir, &registry, "vendor/example", &d2, replay, &sig);
     let out = durasync(&cache, &["pull", &reference, "--key", vendor_pub.to_str().unwrap()]);
     assert_status(&out, POLICY);
-    let msg = text(&out);
+    let msg = output_text(&out);
     assert!(msg.contains(&format!("signs digest {d1}, not {d2}")), "{msg}");
 }

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::fake::{Fake, Reply};
 use super::faults::{REPO, WASM_CONFIG, WASM_LAYER, assert_cache_holds, pull, routes, wasm};
+use super::support::fake_registry::{Fake, Reply};
 use super::*;
 
 /// `{"auths": {registry: user:password}}` as `docker login` writes it, in `dir/config.json`.
@@ -28,26 +28,26 @@ fn pull_refuses_a_redirect_to_a_url_without_a_host() {
     for location in ["file:///etc/passwd", "http:///etc/passwd", "ftp://127.0.0.1/x", "gopher:x"] {
         let mut r = routes(&m, &[]);
         r.insert(
-            format!("/v2/{REPO}/blobs/{}", digest(&w)),
+            format!("/v2/{REPO}/blobs/{}", oci_digest(&w)),
             Reply::Headers(307, vec![format!("Location: {location}")], Vec::new()),
         );
         let fake = Fake::start(r);
         let out = pull(&fake, tmp.path(), ":t", &[]);
         // Not a panic (101): an error naming the redirect, nothing cached.
         assert_status(&out, IO);
-        let msg = text(&out);
+        let msg = output_text(&out);
         assert!(msg.contains("redirect") && msg.contains(location), "{location}: {msg}");
-        assert_cache_holds(tmp.path(), &[digest(&m)]);
+        assert_cache_holds(tmp.path(), &[oci_digest(&m)]);
     }
 
     // A loop of redirects is cut after a bounded number.
     let mut r = routes(&m, &[]);
-    let path = format!("/v2/{REPO}/blobs/{}", digest(&w));
+    let path = format!("/v2/{REPO}/blobs/{}", oci_digest(&w));
     r.insert(path.clone(), Reply::Headers(307, vec![format!("Location: {path}")], Vec::new()));
     let fake = Fake::start(r);
     let out = pull(&fake, tmp.path(), ":t", &["--attempts", "1"]);
     assert_status(&out, IO);
-    assert!(text(&out).contains("too many redirects"), "{}", text(&out));
+    assert!(output_text(&out).contains("too many redirects"), "{}", output_text(&out));
     let hops = fake.requests().iter().filter(|q| q.contains("/blobs/")).count();
     assert!((2..=6).contains(&hops), "{hops} requests for the blob: {:?}", fake.requests());
 }
@@ -87,7 +87,7 @@ fn a_blob_redirected_to_another_host_never_receives_the_registrys_credentials() 
         a_routes.insert(path, Reply::Guarded(basic.clone(), r#"Basic realm="a""#.into(), Box::new(reply)));
     }
     a_routes.insert(
-        format!("/v2/{REPO}/blobs/{}", digest(&w)),
+        format!("/v2/{REPO}/blobs/{}", oci_digest(&w)),
         Reply::Guarded(
             basic.clone(),
             r#"Basic realm="a""#.into(),
@@ -105,9 +105,9 @@ fn a_blob_redirected_to_another_host_never_receives_the_registrys_credentials() 
     let reference = format!("oci://{}/{REPO}:t", a.registry());
     let out = durasync_env(&tmp.path().join("cache"), &["pull", &reference], &[("DOCKER_CONFIG", &docker)]);
     let leaked: Vec<_> = b.authorizations().into_iter().filter(|(_, v)| v.starts_with("Basic")).collect();
-    assert!(leaked.is_empty(), "B received A's credentials: {leaked:?}\n{}", text(&out));
+    assert!(leaked.is_empty(), "B received A's credentials: {leaked:?}\n{}", output_text(&out));
     assert_status(&out, OK);
-    assert_eq!(field(&out, "sha256:"), sha256(&w));
+    assert_eq!(field(&out, "sha256:"), sha256_hex(&w));
     // B's token went to B only, A's basic credentials to A only.
     assert!(a.authorizations().iter().all(|(_, v)| v == &basic), "{:?}", a.authorizations());
     assert!(
@@ -131,8 +131,8 @@ fn a_dripped_manifest_ends_the_pull_at_its_deadline() {
     let out = pull(&fake, tmp.path(), ":t", &["--timeout", "3", "--attempts", "1"]);
     let took = start.elapsed();
     assert_status(&out, IO);
-    assert!(took < Duration::from_secs(8), "took {took:?}: {}", text(&out));
-    assert!(text(&out).contains("did not complete within 3 s"), "{}", text(&out));
+    assert!(took < Duration::from_secs(8), "took {took:?}: {}", output_text(&out));
+    assert!(output_text(&out).contains("did not complete within 3 s"), "{}", output_text(&out));
 
     // `--deadline` bounds the whole pull, every attempt included.
     let start = Instant::now();
@@ -140,8 +140,8 @@ fn a_dripped_manifest_ends_the_pull_at_its_deadline() {
         pull(&fake, tmp.path(), ":t", &["--timeout", "30", "--attempts", "5", "--registry-deadline", "2"]);
     let took = start.elapsed();
     assert_status(&out, IO);
-    assert!(took < Duration::from_secs(7), "took {took:?}: {}", text(&out));
-    assert!(text(&out).contains("the pull's deadline of 2 s"), "{}", text(&out));
+    assert!(took < Duration::from_secs(7), "took {took:?}: {}", output_text(&out));
+    assert!(output_text(&out).contains("the pull's deadline of 2 s"), "{}", output_text(&out));
     assert_cache_holds(tmp.path(), &[]);
 }
 
@@ -153,28 +153,28 @@ fn a_blob_that_stalls_or_drips_is_cut_by_the_timeout_or_the_deadline() {
 
     // A stall: each attempt ends at the timeout of a read, long before the deadline.
     let mut r = routes(&m, &[]);
-    r.insert(format!("/v2/{REPO}/blobs/{}", digest(&w)), Reply::Stall);
+    r.insert(format!("/v2/{REPO}/blobs/{}", oci_digest(&w)), Reply::Stall);
     let fake = Fake::start(r);
     let start = Instant::now();
     let out =
         pull(&fake, tmp.path(), ":t", &["--timeout", "1", "--attempts", "2", "--registry-deadline", "60"]);
     let took = start.elapsed();
     assert_status(&out, IO);
-    assert!(took < Duration::from_secs(8), "took {took:?}: {}", text(&out));
-    assert!(text(&out).contains("timed out"), "{}", text(&out));
+    assert!(took < Duration::from_secs(8), "took {took:?}: {}", output_text(&out));
+    assert!(output_text(&out).contains("timed out"), "{}", output_text(&out));
     assert_eq!(fake.requests().iter().filter(|q| q.contains("/blobs/")).count(), 2, "{:?}", fake.requests());
 
     // A drip: each read comes in time, the deadline ends it.
     let mut r = routes(&m, &[]);
-    r.insert(format!("/v2/{REPO}/blobs/{}", digest(&w)), Reply::Drip(w.clone()));
+    r.insert(format!("/v2/{REPO}/blobs/{}", oci_digest(&w)), Reply::Drip(w.clone()));
     let fake = Fake::start(r);
     let start = Instant::now();
     let out = pull(&fake, tmp.path(), ":t", &["--timeout", "30", "--registry-deadline", "3"]);
     let took = start.elapsed();
     assert_status(&out, IO);
-    assert!(took < Duration::from_secs(8), "took {took:?}: {}", text(&out));
-    assert!(text(&out).contains("the pull's deadline of 3 s"), "{}", text(&out));
-    assert_cache_holds(tmp.path(), &[digest(&m)]);
+    assert!(took < Duration::from_secs(8), "took {took:?}: {}", output_text(&out));
+    assert!(output_text(&out).contains("the pull's deadline of 3 s"), "{}", output_text(&out));
+    assert_cache_holds(tmp.path(), &[oci_digest(&m)]);
 }
 
 #[test]
@@ -186,32 +186,36 @@ fn a_layer_whose_size_is_not_its_descriptors_is_refused_with_both_sizes() {
         let mut manifest: serde_json::Value = serde_json::from_slice(&m).unwrap();
         manifest["layers"][0]["size"] = stated.into();
         let lying = serde_json::to_vec(&manifest).unwrap();
-        let fake = Fake::start(routes(&lying, &[(&digest(&w), w.clone())]));
+        let fake = Fake::start(routes(&lying, &[(&oci_digest(&w), w.clone())]));
         let out = pull(&fake, tmp.path(), ":t", &[]);
         assert_status(&out, POLICY);
-        let msg = text(&out);
+        let msg = output_text(&out);
         assert!(msg.contains(&format!("its descriptor says {stated} bytes")), "{msg}");
         assert!(msg.contains(&format!("{} bytes", w.len())), "{msg}");
     }
 
     // Held in the cache already (pulled by an honest manifest): refused all the same.
     let m = manifest_bytes(&blob(WASM_CONFIG, b"{}".to_vec()), &[blob(WASM_LAYER, w.clone())]);
-    let fake = Fake::start(routes(&m, &[(&digest(&w), w.clone())]));
+    let fake = Fake::start(routes(&m, &[(&oci_digest(&w), w.clone())]));
     assert_status(&pull(&fake, tmp.path(), ":t", &[]), OK);
     let mut manifest: serde_json::Value = serde_json::from_slice(&m).unwrap();
     manifest["layers"][0]["size"] = (w.len() as u64 + 1).into();
     let lying = serde_json::to_vec(&manifest).unwrap();
-    let fake = Fake::start(routes(&lying, &[(&digest(&w), w.clone())]));
+    let fake = Fake::start(routes(&lying, &[(&oci_digest(&w), w.clone())]));
     let out = pull(&fake, tmp.path(), ":t", &[]);
     assert_status(&out, POLICY);
-    assert!(text(&out).contains(&format!("its descriptor says {} bytes", w.len() + 1)), "{}", text(&out));
+    assert!(
+        output_text(&out).contains(&format!("its descriptor says {} bytes", w.len() + 1)),
+        "{}",
+        output_text(&out)
+    );
 }
 
 #[test]
 fn a_pull_cleans_the_temporary_files_of_killed_pulls() {
     let w = wasm();
     let m = manifest_bytes(&blob(WASM_CONFIG, b"{}".to_vec()), &[blob(WASM_LAYER, w.clone())]);
-    let fake = Fake::start(routes(&m, &[(&digest(&w), w.clone())]));
+    let fake = Fake::start(routes(&m, &[(&oci_digest(&w), w.clone())]));
     let tmp = tempfile::tempdir().unwrap();
     assert_status(&pull(&fake, tmp.path(), ":t", &[]), OK);
 
@@ -220,7 +224,7 @@ fn a_pull_cleans_the_temporary_files_of_killed_pulls() {
     child.wait().unwrap();
     let dead = child.id();
     let live = std::process::id();
-    let hex = sha256(&w);
+    let hex = sha256_hex(&w);
     let oci = tmp.path().join("durasync/oci");
     let stale = [
         oci.join(format!("blobs/sha256/.{hex}.tmp-{dead}-0123456789ab")),
@@ -236,7 +240,7 @@ fn a_pull_cleans_the_temporary_files_of_killed_pulls() {
     for f in stale.iter().chain(&kept) {
         std::fs::write(f, vec![0u8; 4096]).unwrap();
     }
-    let out = pull(&fake, tmp.path(), &format!("@{}", digest(&m)), &[]);
+    let out = pull(&fake, tmp.path(), &format!("@{}", oci_digest(&m)), &[]);
     assert_status(&out, OK);
     for f in &stale {
         assert!(!f.exists(), "{} survived", f.display());

@@ -7,19 +7,10 @@
 //! implementation: `skopeo` pushes and reads back, `openssl` makes the keys
 //! and signatures. Protocol faults a real registry never shows (wrong
 //! bytes under a digest, 401/500, garbage, a stall) come from a tiny fake
-//! on 127.0.0.1 (`fake.rs`).
-
-#[path = "../support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-
-#[path = "../support/sigstore.rs"]
-#[allow(dead_code)]
-mod sigstore_fixtures;
+//! on 127.0.0.1 (`support::fake_registry`).
 
 mod auth;
 mod cross;
-mod fake;
 mod faults;
 mod hostile;
 mod offline;
@@ -29,7 +20,13 @@ mod tls;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-// The documented exit statuses (README, host/src/cli/exit.rs).
+use durasync::digest::{oci_digest, sha256_hex};
+use durasync_test_support as support;
+use support::oci_artifacts::*;
+use support::registry::Registry as RealRegistry;
+use support::{have, output_text};
+
+// The documented exit statuses (docs/cli.md, host/src/cli/exit.rs).
 const OK: i32 = 0;
 const IO: i32 = 1;
 const POLICY: i32 = 12;
@@ -63,7 +60,7 @@ fn durasync_env(cache: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output {
 
 #[track_caller]
 fn assert_status(out: &Output, code: i32) {
-    assert_eq!(out.status.code(), Some(code), "expected exit {code}:\n{}", text(out));
+    assert_eq!(out.status.code(), Some(code), "expected exit {code}:\n{}", output_text(out));
 }
 
 /// The value after `label` on a line of `pull`/`push` output.
@@ -73,8 +70,5 @@ fn field(out: &Output, label: &str) -> String {
         .lines()
         .find_map(|l| l.strip_prefix(label))
         .map(|v| v.trim().to_owned())
-        .unwrap_or_else(|| panic!("no {label:?} in:\n{}", text(out)))
+        .unwrap_or_else(|| panic!("no {label:?} in:\n{}", output_text(out)))
 }
-
-use support::oci_artifacts::*;
-use support::registry::{Registry as RealRegistry, have, text};

@@ -82,13 +82,13 @@ fn an_agent_with_oci_manifests_restarts_and_reconciles_while_the_registry_is_dow
     // Something the node never held cannot come from nowhere.
     let out = durasync(&cache, &["pull", &format!("oci://{registry}/vendor/other:1"), "--attempts", "1"]);
     assert_status(&out, IO);
-    assert!(text(&out).contains("cannot reach"), "{}", text(&out));
+    assert!(output_text(&out).contains("cannot reach"), "{}", output_text(&out));
 
     // Back up: the tag is resolved by the registry again.
     reg.restart();
     let out = durasync(&cache, &["pull", &format!("oci://{registry}/vendor/example:stable")]);
     assert_status(&out, OK);
-    assert!(!text(&out).contains("offline"), "{}", text(&out));
+    assert!(!output_text(&out).contains("offline"), "{}", output_text(&out));
 }
 
 /// Lines of a child's stderr, as they come.
@@ -289,7 +289,7 @@ fn an_air_gapped_node_pulls_through_a_mirror_under_the_original_name() {
     let out = with_mirror(&dir.join("c1"), &["pull", &format!("{original}@{d}")]);
     assert_status(&out, OK);
     assert_eq!(field(&out, "manifest digest:"), d);
-    assert!(field(&out, "pin it with:").contains("registry.example.invalid"), "{}", text(&out));
+    assert!(field(&out, "pin it with:").contains("registry.example.invalid"), "{}", output_text(&out));
     let out =
         with_mirror(&dir.join("c2"), &["pull", &format!("{original}:1"), "--key", public.to_str().unwrap()]);
     assert_status(&out, OK);
@@ -318,7 +318,7 @@ fn an_agent_following_a_tag_takes_a_newly_signed_release_on_its_interval_without
     assert_ne!(t.d1, d2);
     t.sign(&d2);
     t.wait_line(|l| l.contains("component verified") && l.contains(&d2), "release 2 verified");
-    let sha2 = durasync::runtime::sha256_hex(&wasm);
+    let sha2 = sha256_hex(&wasm);
     let line = t.wait_line(
         |l| (l.contains("loaded") && l.contains(&sha2)) || l.contains("reload failed"),
         "release 2 loaded",

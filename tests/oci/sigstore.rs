@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::cross::{durasync_push, run, run_manifest};
-use super::fake::{Fake, Reply};
 use super::faults::{REPO, WASM_CONFIG, WASM_LAYER, blob_requests, pull, routes, wasm};
-use super::sigstore_fixtures::{self as sig, By, GITHUB, Log, Make, Pki, WORKFLOW};
+use super::support::fake_registry::{Fake, Reply};
+use super::support::sigstore::{self as sig, By, GITHUB, Log, Make, Pki, WORKFLOW};
 use super::*;
 
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -24,8 +24,8 @@ fn referrer(bundle: &[u8], subject: &str, subject_size: usize) -> Vec<u8> {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": sig::V03,
-        "config": {"mediaType": EMPTY, "digest": digest(b"{}"), "size": 2},
-        "layers": [{"mediaType": sig::V03, "digest": digest(bundle), "size": bundle.len()}],
+        "config": {"mediaType": EMPTY, "digest": oci_digest(b"{}"), "size": 2},
+        "layers": [{"mediaType": sig::V03, "digest": oci_digest(bundle), "size": bundle.len()}],
         "subject": {"mediaType": OCI_MANIFEST, "digest": subject, "size": subject_size},
     }))
     .unwrap()
@@ -35,7 +35,7 @@ fn referrer(bundle: &[u8], subject: &str, subject_size: usize) -> Vec<u8> {
 fn index(referrers: &[(&[u8], &str)]) -> Vec<u8> {
     let m: Vec<Value> = referrers
         .iter()
-        .map(|(b, at)| json!({"mediaType": OCI_MANIFEST, "digest": digest(b), "size": b.len(), "artifactType": at}))
+        .map(|(b, at)| json!({"mediaType": OCI_MANIFEST, "digest": oci_digest(b), "size": b.len(), "artifactType": at}))
         .collect();
     serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": INDEX, "manifests": m})).unwrap()
 }
@@ -46,7 +46,7 @@ fn upload(registry: &str, repo: &str, blob: &[u8]) {
     let location = start.header("location").unwrap().to_owned();
     let location = if location.starts_with('/') { format!("http://{registry}{location}") } else { location };
     let sep = if location.contains('?') { '&' } else { '?' };
-    ureq::put(&format!("{location}{sep}digest={}", digest(blob)))
+    ureq::put(&format!("{location}{sep}digest={}", oci_digest(blob)))
         .set("Content-Type", "application/octet-stream")
         .send_bytes(blob)
         .unwrap();
@@ -72,7 +72,7 @@ fn attach_by_tag(registry: &str, repo: &str, subject: &str, bundle: &[u8]) {
     upload(registry, repo, b"{}");
     upload(registry, repo, bundle);
     let r = referrer(bundle, subject, subject_size);
-    put_manifest(registry, repo, &digest(&r), OCI_MANIFEST, &r);
+    put_manifest(registry, repo, &oci_digest(&r), OCI_MANIFEST, &r);
     let i = index(&[(&r, sig::V03)]);
     put_manifest(registry, repo, &subject.replace(':', "-"), INDEX, &i);
 }
@@ -158,7 +158,7 @@ fn a_keyless_bundle_in_the_referrers_tag_verifies_by_identity_then_offline_and_a
         run_manifest(&evil_dir, &format!("oci://{registry}/vendor/evil:stable"), &identity_policy(&root));
     let out = run(&cache, &m_evil);
     assert_status(&out, POLICY);
-    let msg = text(&out);
+    let msg = output_text(&out);
     assert!(
         msg.contains("https://github.com/attacker/plugins/") && msg.contains("is none of the policy's"),
         "{msg}"
@@ -192,7 +192,7 @@ fn a_keyless_bundle_in_the_referrers_tag_verifies_by_identity_then_offline_and_a
         ],
     );
     assert_status(&out, 13);
-    assert!(text(&out).contains("is none of the policy's"), "{}", text(&out));
+    assert!(output_text(&out).contains("is none of the policy's"), "{}", output_text(&out));
     assert_eq!(std::fs::read_dir(evil_dir.join("out")).unwrap().count(), 0);
 
     // The registry goes away: the bundle found before verifies from the cache.
@@ -210,17 +210,17 @@ fn fake_with_referrers(
     referrers: &[(Vec<u8>, Vec<u8>)],
 ) -> (Fake, String) {
     let m = manifest_bytes(&blob(WASM_CONFIG, b"{}".to_vec()), &[blob(WASM_LAYER, w.to_vec())]);
-    let d = digest(&m);
+    let d = oci_digest(&m);
     let mut r: HashMap<String, Reply> =
-        routes(&m, &[(&digest(w), w.to_vec()), (&digest(b"{}"), b"{}".to_vec())]);
+        routes(&m, &[(&oci_digest(w), w.to_vec()), (&oci_digest(b"{}"), b"{}".to_vec())]);
     r.insert(format!("/v2/{REPO}/referrers/{d}"), Reply::Body(200, INDEX, referrers_index));
     for (manifest, bundle) in referrers {
         r.insert(
-            format!("/v2/{REPO}/manifests/{}", digest(manifest)),
+            format!("/v2/{REPO}/manifests/{}", oci_digest(manifest)),
             Reply::Body(200, OCI_MANIFEST, manifest.clone()),
         );
         r.insert(
-            format!("/v2/{REPO}/blobs/{}", digest(bundle)),
+            format!("/v2/{REPO}/blobs/{}", oci_digest(bundle)),
             Reply::Body(200, "application/octet-stream", bundle.clone()),
         );
     }
@@ -241,7 +241,7 @@ fn a_key_signed_bundle_is_found_through_the_referrers_api_before_any_legacy_tag(
     let (sk, public) = vendor_key(tmp.path());
     let w = wasm();
     let m = manifest_bytes(&blob(WASM_CONFIG, b"{}".to_vec()), &[blob(WASM_LAYER, w.clone())]);
-    let d = digest(&m);
+    let d = oci_digest(&m);
     let log = Log::new(7);
     let b = sig::bundle(&Make {
         by: By::Key(&sk),
@@ -267,7 +267,7 @@ fn a_key_signed_bundle_is_found_through_the_referrers_api_before_any_legacy_tag(
     assert!(who.starts_with(&format!("{} (key id ", public.display())), "{who}");
     let requests = fake.requests();
     assert!(requests.contains(&format!("GET /v2/{REPO}/referrers/{d}")), "{requests:?}");
-    assert!(!requests.iter().any(|q| q.contains(".sig") || q.contains(&digest(&sbom))), "{requests:?}");
+    assert!(!requests.iter().any(|q| q.contains(".sig") || q.contains(&oci_digest(&sbom))), "{requests:?}");
 
     // Another key: refused, the bundle's reason named.
     let other = tmp.path().join("other");
@@ -281,7 +281,11 @@ fn a_key_signed_bundle_is_found_through_the_referrers_api_before_any_legacy_tag(
     };
     let out = pull(&fake, &tmp.path().join("cache2"), ":t", &["--key", other_pub.to_str().unwrap()]);
     assert_status(&out, POLICY);
-    assert!(text(&out).contains("the bundle is signed by none of the trusted keys"), "{}", text(&out));
+    assert!(
+        output_text(&out).contains("the bundle is signed by none of the trusted keys"),
+        "{}",
+        output_text(&out)
+    );
 }
 
 #[test]
@@ -295,7 +299,11 @@ fn a_referrers_index_of_ten_thousand_entries_is_refused_by_its_count() {
     let (fake, _) = fake_with_referrers(&w, index(&entries), &[]);
     let out = pull(&fake, &tmp.path().join("cache"), ":t", &["--key", public.to_str().unwrap()]);
     assert_status(&out, POLICY);
-    assert!(text(&out).contains("lists 10000 manifests, over the limit of 1024"), "{}", text(&out));
+    assert!(
+        output_text(&out).contains("lists 10000 manifests, over the limit of 1024"),
+        "{}",
+        output_text(&out)
+    );
     assert_eq!(blob_requests(&fake), 0, "{:?}", fake.requests());
 }
 
@@ -314,7 +322,7 @@ fn attach_all_by_tag(registry: &str, repo: &str, subject: &str, bundles: &[&[u8]
     for bundle in bundles {
         upload(registry, repo, bundle);
         let r = referrer(bundle, subject, subject_size);
-        put_manifest(registry, repo, &digest(&r), OCI_MANIFEST, &r);
+        put_manifest(registry, repo, &oci_digest(&r), OCI_MANIFEST, &r);
         referrers.push(r);
     }
     let listed: Vec<(&[u8], &str)> = referrers.iter().map(|r| (r.as_slice(), sig::V03)).collect();
@@ -361,7 +369,7 @@ fn require_all_refuses_a_plugin_one_key_short_naming_it_and_a_revoked_digest_is_
     let m = run_manifest(&half, &format!("oci://{registry}/vendor/half:stable"), &all);
     let out = run(&cache, &m);
     assert_status(&out, POLICY);
-    let msg = text(&out);
+    let msg = output_text(&out);
     assert!(
         msg.contains("needs all 2") && msg.contains(&format!("missing [{} (key id ", b.display())),
         "{msg}"
@@ -390,16 +398,20 @@ fn require_all_refuses_a_plugin_one_key_short_naming_it_and_a_revoked_digest_is_
     let m = run_manifest(&both, &format!("oci://{registry}/vendor/both:stable"), &revoked);
     let out = run(&cache, &m);
     assert_status(&out, POLICY);
-    let msg = text(&out);
+    let msg = output_text(&out);
     assert!(msg.contains(&format!("manifest {d} is revoked")) && msg.contains("revoked_digests"), "{msg}");
     assert!(!both.join("out/env").exists(), "nothing is written by a revoked plugin");
     // So is a revoked component digest (the wasm layer's), also offline.
-    let component = digest(&std::fs::read(super::example_wasm()).unwrap());
+    let component = oci_digest(&std::fs::read(super::example_wasm()).unwrap());
     let revoked = format!("{all}revoked_digests = [\"{component}\"]\n");
     let m = run_manifest(&both, &format!("oci://{registry}/vendor/both:stable"), &revoked);
     let out = run(&cache, &m);
     assert_status(&out, POLICY);
-    assert!(text(&out).contains(&format!("component {component} is revoked")), "{}", text(&out));
+    assert!(
+        output_text(&out).contains(&format!("component {component} is revoked")),
+        "{}",
+        output_text(&out)
+    );
     assert!(!both.join("out/env").exists(), "nothing is written by a revoked plugin");
     // Without the revocation the cache still serves it offline.
     let m = run_manifest(&both, &format!("oci://{registry}/vendor/both:stable"), &all);

@@ -24,7 +24,7 @@ fn openssl_ca(dir: &Path, name: &str) -> PathBuf {
         .arg(&pem)
         .output()
         .unwrap();
-    assert!(out.status.success(), "openssl req -x509: {}", text(&out));
+    assert!(out.status.success(), "openssl req -x509: {}", output_text(&out));
     pem
 }
 
@@ -41,7 +41,7 @@ fn openssl_server_cert(dir: &Path, ca: &Path, addr: &str) -> (PathBuf, PathBuf) 
         .arg(&csr)
         .output()
         .unwrap();
-    assert!(out.status.success(), "openssl req: {}", text(&out));
+    assert!(out.status.success(), "openssl req: {}", output_text(&out));
     std::fs::write(
         &ext,
         format!(
@@ -63,7 +63,7 @@ fn openssl_server_cert(dir: &Path, ca: &Path, addr: &str) -> (PathBuf, PathBuf) 
         .arg(&cert)
         .output()
         .unwrap();
-    assert!(out.status.success(), "openssl x509 -req: {}", text(&out));
+    assert!(out.status.success(), "openssl x509 -req: {}", output_text(&out));
     (cert, key)
 }
 
@@ -117,7 +117,7 @@ fn a_private_registry_with_tls_from_its_own_ca_and_basic_auth_is_pulled_through_
         let env = [("DOCKER_CONFIG", docker.as_path()), ("DURASYNC_LOG", Path::new("info"))];
         let out = durasync_env(&cache, &["pull", &reference, "--attempts", "3"], &env);
         assert_status(&out, IO);
-        let t = text(&out);
+        let t = output_text(&out);
         assert!(
             t.contains("certificate is not trusted")
                 && t.contains("unknown certificate authority")
@@ -135,7 +135,7 @@ fn a_private_registry_with_tls_from_its_own_ca_and_basic_auth_is_pulled_through_
             &[("DOCKER_CONFIG", &docker)],
         );
         assert_status(&out, IO);
-        assert!(text(&out).contains("unknown certificate authority"), "{}", text(&out));
+        assert!(output_text(&out).contains("unknown certificate authority"), "{}", output_text(&out));
 
         // A file that is no CA certificate is named before any request.
         let out = durasync_env(
@@ -145,10 +145,10 @@ fn a_private_registry_with_tls_from_its_own_ca_and_basic_auth_is_pulled_through_
         );
         assert_status(&out, IO);
         assert!(
-            text(&out).contains(&format!("registry CA file {}", key.display()))
-                && text(&out).contains("no PEM `CERTIFICATE` block"),
+            output_text(&out).contains(&format!("registry CA file {}", key.display()))
+                && output_text(&out).contains("no PEM `CERTIFICATE` block"),
             "{}",
-            text(&out)
+            output_text(&out)
         );
 
         // Through the CA given by the environment (as a DaemonSet or unit
@@ -189,7 +189,7 @@ fn plain_http_to_a_registry_neither_loopback_nor_listed_as_insecure_is_refused()
         // Not listed: HTTPS only, and the plain-HTTP answer is refused, named.
         let out = durasync(&dir.join("cache-1"), &push);
         assert_status(&out, IO);
-        let t = text(&out);
+        let t = output_text(&out);
         assert!(
             t.contains(&format!("TLS to https://{}/", reg.registry()))
                 && t.contains("did not answer in TLS")
@@ -198,7 +198,7 @@ fn plain_http_to_a_registry_neither_loopback_nor_listed_as_insecure_is_refused()
         );
         let out = durasync(&dir.join("cache-2"), &["pull", &reference]);
         assert_status(&out, IO);
-        assert!(text(&out).contains("did not answer in TLS"), "{}", text(&out));
+        assert!(output_text(&out).contains("did not answer in TLS"), "{}", output_text(&out));
 
         // Listed (the flag, then the environment): plain HTTP to it works.
         let out =

@@ -1,4 +1,4 @@
-//! Go plugins (toolchain: `tests/support/go_toolchain.rs`), end to end
+//! Go plugins (toolchain: `tests/support/src/go_toolchain.rs`), end to end
 //! through the real `durasync run`: the example gives the Rust example's
 //! results, files and errors byte for byte; its committed sha256 pin is what
 //! a fresh build gives (Go builds are reproducible); a plugin making 20 000
@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::languages::{check_against_the_rust_example, inspect, ready};
-use super::{run_manifest, sha256, support};
+use super::{run_manifest, sha256_of_file, support};
 use support::toolchains::{Lang, Source};
 
 /// `plugins/example-go` with the helper package `guest-sdk/go/durasync`.
@@ -41,7 +41,7 @@ fn the_go_example_describes_itself_and_imports_only_what_the_host_links() {
 /// committed manifest pins exactly what the tests build.
 #[test]
 fn the_go_examples_committed_pin_is_the_fresh_builds_sha256() {
-    let built = sha256(&std::fs::read(ready(&EXAMPLE_GO).wasm).unwrap());
+    let built = sha256_of_file(&ready(&EXAMPLE_GO).wasm);
     let manifest = support::workspace_root().join("plugins/example-go/plugin.toml");
     let m: toml::Table = toml::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
     assert_eq!(
@@ -70,7 +70,7 @@ fn stress_fixture(dir: &Path) -> std::path::PathBuf {
             "name = \"go-stress\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.data]\npath = \"data\"\naccess = \"rw\"\n\
              [limits]\ntimeout_ms = 300_000\nfuel = \"unlimited\"\n",
             wasm.display(),
-            sha256(&std::fs::read(&wasm).unwrap())
+            sha256_of_file(&wasm)
         ),
     )
     .unwrap();
@@ -146,7 +146,7 @@ fn the_agent_runs_the_go_example_from_a_config_directory() {
             "name = \"example-go\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n\
              [input]\nfile = \"{}\"\n",
             wasm.display(),
-            sha256(&std::fs::read(&wasm).unwrap()),
+            sha256_of_file(&wasm),
             out.display(),
             input.display()
         ),
@@ -157,7 +157,7 @@ fn the_agent_runs_the_go_example_from_a_config_directory() {
         .arg("--config-dir")
         .arg(&config)
         .arg("--once")
-        .env("XDG_CACHE_HOME", support::wasm::target_dir().join("plugins-test-cache"))
+        .env("XDG_CACHE_HOME", support::shared_cache())
         .env("NO_COLOR", "1")
         .output()
         .unwrap();

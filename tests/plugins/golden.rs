@@ -8,7 +8,7 @@ use std::process::Output;
 
 use super::go::EXAMPLE_GO;
 use super::languages::{EXAMPLE_JS, EXAMPLE_PY, manifest_for, ready};
-use super::{sha256, support, wasm};
+use super::{sha256_of_file, support, wasm};
 
 const CASES: &str = "plugins/example/cases";
 const TEST_FAILED: i32 = 14;
@@ -18,13 +18,9 @@ fn durasync_test(manifest: &Path, cases: &Path) -> Output {
         .arg("test")
         .arg(manifest)
         .arg(cases)
-        .env("XDG_CACHE_HOME", support::wasm::target_dir().join("plugins-test-cache"))
+        .env("XDG_CACHE_HOME", support::shared_cache())
         .output()
         .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 /// A manifest for the Rust example's fresh build.
@@ -36,7 +32,7 @@ fn rust_manifest(dir: &Path) -> PathBuf {
         format!(
             "name = \"example\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.out]\npath = \"out\"\naccess = \"rw\"\n",
             wasm.display(),
-            sha256(&std::fs::read(&wasm).unwrap())
+            sha256_of_file(&wasm)
         ),
     )
     .unwrap();
@@ -45,7 +41,7 @@ fn rust_manifest(dir: &Path) -> PathBuf {
 
 fn passes_every_case(manifest: &Path) {
     let out = durasync_test(manifest, &support::workspace_root().join(CASES));
-    let t = text(&out);
+    let t = support::output_text(&out);
     assert_eq!(out.status.code(), Some(0), "{t}");
     for case in ["bad-line", "created", "invalid-name", "replaced", "unchanged"] {
         assert!(t.contains(&format!("ok {case}\n")), "{case}: {t}");
@@ -97,7 +93,7 @@ fn a_wrong_expectation_fails_naming_the_case_and_each_difference() {
     std::fs::write(case.join("case.toml"), "result = \"env: replaced\"\n[modes]\n\"env/A\" = 0o600\n")
         .unwrap();
     let out = durasync_test(&rust_manifest(tmp.path()), &cases);
-    let t = text(&out);
+    let t = support::output_text(&out);
     assert_eq!(out.status.code(), Some(TEST_FAILED), "{t}");
     assert!(t.contains("FAILED wrong\n"), "{t}");
     assert!(t.contains("expected Result(\"env: replaced\"), the run succeeded with \"env: created (1 written, 0 removed)\""), "{t}");
@@ -109,7 +105,7 @@ fn a_wrong_expectation_fails_naming_the_case_and_each_difference() {
     // A fixture naming a root the manifest does not grant is refused before any run.
     std::fs::create_dir_all(case.join("before/elsewhere")).unwrap();
     let out = durasync_test(&rust_manifest(tmp.path()), &cases);
-    let t = text(&out);
+    let t = support::output_text(&out);
     assert_ne!(out.status.code(), Some(0), "{t}");
     assert!(t.contains("before/elsewhere: names a root the manifest does not grant (granted: out)"), "{t}");
 }
@@ -131,7 +127,7 @@ fn a_case_that_is_a_link_or_a_fifo_fails_and_a_linked_root_is_refused() {
     rustix::fs::mknodat(rustix::fs::CWD, cases.join("pipe"), rustix::fs::FileType::Fifo, mode, 0).unwrap();
     let manifest = rust_manifest(tmp.path());
     let out = durasync_test(&manifest, &cases);
-    let t = text(&out);
+    let t = support::output_text(&out);
     assert_eq!(out.status.code(), Some(TEST_FAILED), "{t}");
     assert!(t.contains("ok good\n"), "{t}");
     assert!(t.contains("FAILED linked\n"), "{t}");
@@ -147,7 +143,7 @@ fn a_case_that_is_a_link_or_a_fifo_fails_and_a_linked_root_is_refused() {
     std::fs::write(wrong.join("outside"), "o").unwrap();
     std::os::unix::fs::symlink(&wrong, good.join("before/out")).unwrap();
     let out = durasync_test(&manifest, &cases);
-    let t = text(&out);
+    let t = support::output_text(&out);
     assert_ne!(out.status.code(), Some(0), "{t}");
     assert!(t.contains("before/out: is a symbolic link; a fixture folder must be a directory"), "{t}");
 }

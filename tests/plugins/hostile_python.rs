@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::languages::ready;
-use super::{files, sha256, support};
+use super::{files, sha256_of_file, support};
 use support::toolchains::{Lang, Source};
 
 pub const HOSTILE_PY: Source =
@@ -52,7 +52,7 @@ impl Fixture {
              [roots.data]\npath = \"data\"\naccess = \"rw\"\n[limits]\n{limits}\n",
             source.name,
             wasm.display(),
-            sha256(&std::fs::read(&wasm).unwrap())
+            sha256_of_file(&wasm)
         );
         std::fs::write(&manifest, text).unwrap();
         Fixture { tmp, manifest }
@@ -73,7 +73,7 @@ impl Fixture {
             .arg("run")
             .arg(&self.manifest)
             .args(["--input", "-"])
-            .env("XDG_CACHE_HOME", support::wasm::target_dir().join("plugins-test-cache"))
+            .env("XDG_CACHE_HOME", support::shared_cache())
             .env(SECRET.0, SECRET.1)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

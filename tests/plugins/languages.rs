@@ -1,13 +1,13 @@
 //! The example plugin in Python (`plugins/example-py`, componentize-py) and
 //! JavaScript (`plugins/example-js`, componentize-js), built by the
 //! registries' toolchains (installed by the test itself, see
-//! `tests/support/toolchains.rs`) and run end to end through the real
+//! `tests/support/src/toolchains.rs`) and run end to end through the real
 //! `durasync run`: for the same inputs they give the Rust example's
 //! results, files and errors, byte for byte.
 
 use std::path::Path;
 
-use super::{Done, files, run_manifest, sha256, support, wasm};
+use super::{Done, files, run_manifest, sha256_of_file, support, wasm};
 use support::toolchains::{self, Lang, Source};
 
 /// componentize-py's default build: no flag.
@@ -45,7 +45,7 @@ pub fn inspect(wasm: &Path) -> std::process::Output {
         .arg("inspect")
         .arg(wasm)
         .arg("--json")
-        .env("XDG_CACHE_HOME", support::wasm::target_dir().join("plugins-test-cache"))
+        .env("XDG_CACHE_HOME", support::shared_cache())
         .output()
         .unwrap()
 }
@@ -77,7 +77,7 @@ pub fn manifest_for(
     assert!(pinned.len() == 64 && pinned.bytes().all(|b| b.is_ascii_hexdigit()), "{pinned}");
     assert_eq!(m["roots"]["out"]["access"].as_str(), Some("rw"));
     m.insert("wasm".into(), wasm.display().to_string().into());
-    m.insert("sha256".into(), sha256(&std::fs::read(wasm).unwrap()).into());
+    m.insert("sha256".into(), sha256_of_file(wasm).into());
     m["roots"]["out"].as_table_mut().unwrap().insert("path".into(), root.display().to_string().into());
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, toml::to_string(&m).unwrap()).unwrap();
@@ -128,7 +128,7 @@ pub fn check_against_the_rust_example(source: &Source, plugin_dir: &str) {
         format!(
             "name = \"example\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n",
             rust_wasm.display(),
-            sha256(&std::fs::read(&rust_wasm).unwrap()),
+            sha256_of_file(&rust_wasm),
             rust_root.display()
         ),
     )

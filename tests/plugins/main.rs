@@ -3,10 +3,6 @@
 //! the real `durasync run`; the authoring guide's steps run as written; the
 //! committed manifests' sha256 pins checked against a fresh build.
 
-#[path = "../support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-
 mod certsync;
 mod go;
 mod golden;
@@ -25,20 +21,17 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use durasync_test_support as support;
 use serde_json::Value;
+use support::{base64, sha256_of_file, shared_cache};
 
-// The documented exit statuses (README, host/src/cli/exit.rs).
+// The documented exit statuses (docs/cli.md, host/src/cli/exit.rs).
 const OK: i32 = 0;
 const PLUGIN_ERROR: i32 = 10;
 
 /// The plugin packages of the workspace, built once per test binary.
 fn wasm(package: &str) -> PathBuf {
     support::wasm::build("Cargo.toml", package)
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// One plugin set up in a fresh temporary directory: one empty folder per
@@ -67,12 +60,11 @@ impl Fixture {
     /// Rewrite the manifest with `config` (TOML) as its `[config]` table.
     fn set_config(&self, config: &str) {
         let wasm = wasm(&self.package);
-        let bytes = std::fs::read(&wasm).unwrap();
         let mut text = format!(
             "name = \"{}\"\nwasm = \"{}\"\nsha256 = \"{}\"\n",
             self.package,
             wasm.display(),
-            sha256(&bytes)
+            sha256_of_file(&wasm)
         );
         for root in &self.roots {
             text += &format!("[roots.{root}]\npath = \"{root}\"\naccess = \"rw\"\n");
@@ -105,7 +97,7 @@ impl Fixture {
 fn run_manifest(manifest: &Path, input: &[u8], args: &[&str]) -> Done {
     let mut cmd = Command::new(support::durasync());
     cmd.arg("run").arg(manifest).args(["--input", "-", "--json"]).args(args);
-    cmd.env("XDG_CACHE_HOME", support::wasm::target_dir().join("plugins-test-cache"));
+    cmd.env("XDG_CACHE_HOME", shared_cache());
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
@@ -117,13 +109,23 @@ fn run_manifest(manifest: &Path, input: &[u8], args: &[&str]) -> Done {
 }
 
 /// What one `durasync run --json` did.
-#[derive(Debug)]
 struct Done {
     status: i32,
-    #[allow(dead_code, reason = "shown by Debug when an assertion fails")]
     stdout: String,
     stderr: String,
     json: Value,
+}
+
+/// Everything, stdout included, for the message of a failed assertion.
+impl std::fmt::Debug for Done {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Done")
+            .field("status", &self.status)
+            .field("stdout", &self.stdout)
+            .field("stderr", &self.stderr)
+            .field("json", &self.json)
+            .finish()
+    }
 }
 
 impl Done {
@@ -180,23 +182,6 @@ fn walk(dir: &Path, rel: &str, out: &mut BTreeMap<String, (u32, Vec<u8>)>) {
             out.insert(path, (meta.permissions().mode() & 0o7777, std::fs::read(e.path()).unwrap()));
         }
     }
-}
-
-/// Standard base64, for building Kubernetes objects in tests.
-fn base64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -1,10 +1,9 @@
 //! The committed manifests pin exactly what a fresh build produces, here
 //! and in a copy of the repository in another folder (as CI builds it).
 
-use std::path::Path;
 use std::process::Command;
 
-use super::{sha256, support, wasm};
+use super::{sha256_of_file, support, wasm};
 
 const PLUGINS: [&str; 3] = ["certsync", "installer", "example"];
 
@@ -23,7 +22,7 @@ fn committed_manifests_pin_the_sha256_of_the_components_the_build_produces() {
             format!("../../target/wasm/wasm32-wasip2/release/{package}.wasm"),
             "plugins/{package}/plugin.toml names where demo.sh and the tests put the component"
         );
-        let built = sha256(&std::fs::read(wasm(package)).unwrap());
+        let built = sha256_of_file(&wasm(package));
         assert_eq!(
             m["sha256"].as_str().unwrap(),
             built,
@@ -63,15 +62,11 @@ fn a_copy_of_the_repository_in_another_folder_builds_byte_identical_components()
         let there = base.join("target/wasm32-wasip2/release").join(format!("{package}.wasm"));
         let here = wasm(package);
         assert_eq!(
-            sha256(&read(&there)),
-            sha256(&read(&here)),
+            sha256_of_file(&there),
+            sha256_of_file(&here),
             "{package}: {} vs {}",
             there.display(),
             here.display()
         );
     }
-}
-
-fn read(path: &Path) -> Vec<u8> {
-    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{sha256, support};
+use super::{sha256_of_file, support};
 use support::toolchains::{self, Lang, Source};
 
 /// componentize-js with no flag at all: it imports wasi:http.
@@ -23,11 +23,7 @@ fn run_refused(wasm: &Path, dir: &Path, cache: &Path) -> (i32, String, Duration)
     let manifest = dir.join("plugin.toml");
     std::fs::write(
         &manifest,
-        format!(
-            "name = \"refused\"\nwasm = \"{}\"\nsha256 = \"{}\"\n",
-            wasm.display(),
-            sha256(&std::fs::read(wasm).unwrap())
-        ),
+        format!("name = \"refused\"\nwasm = \"{}\"\nsha256 = \"{}\"\n", wasm.display(), sha256_of_file(wasm)),
     )
     .unwrap();
     let start = Instant::now();
@@ -109,7 +105,7 @@ fn a_component_importing_an_unknown_interface_is_refused_before_compiling() {
     let tmp = tempfile::tempdir().unwrap();
     let wasm = tmp.path().join("kv.wasm");
     let imports = ["wasi:keyvalue/store@0.2.0", "wasi:cli/stdout@0.3.0", "wasi:cli/stdout@0.2.4"];
-    std::fs::write(&wasm, toolchains::component_importing(&imports)).unwrap();
+    std::fs::write(&wasm, support::component::component_importing(&imports)).unwrap();
     check_refused_without_compiling(
         &wasm,
         &["`wasi:keyvalue/store@0.2.0`, `wasi:cli/stdout@0.3.0`, which this host does not provide"],

@@ -51,7 +51,7 @@ fn compile_refuses_a_wrong_pin_or_a_plugin_the_host_cannot_link_like_run() {
     let fx = Fixture::new("noop", "rw", "");
     let cache = fx.path("cache");
     let manifest = std::fs::read_to_string(&fx.manifest).unwrap();
-    let real = sha256(&std::fs::read(fx.path("plugin.wasm")).unwrap());
+    let real = sha256_of_file(&fx.path("plugin.wasm"));
     std::fs::write(&fx.manifest, manifest.replace(&real, &"0".repeat(64))).unwrap();
     let out = compile(&[&fx.manifest], &cache);
     assert_eq!(out.status.code(), Some(POLICY), "{}", text(&out.stderr));

@@ -6,10 +6,6 @@
 //! message a person can act on, and that every granted directory (and the
 //! directory outside them) is byte-for-byte what it was.
 
-#[path = "../support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-
 mod compile;
 mod containment;
 mod pins;
@@ -20,9 +16,14 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use durasync::digest::sha256_hex;
+use durasync_test_support as support;
+use support::snapshot::{Entry, snapshot_of};
+use support::{sha256_of_file, shared_cache, strip_ansi};
+
 const HOSTILE: &str = "tests/hostile/plugins/Cargo.toml";
 
-// The documented exit statuses (README, host/src/cli/exit.rs).
+// The documented exit statuses (docs/cli.md, host/src/cli/exit.rs).
 const OK: i32 = 0;
 const PLUGIN_ERROR: i32 = 10;
 const PLUGIN_TRAP: i32 = 11;
@@ -31,7 +32,7 @@ const POLICY: i32 = 12;
 /// The host's WIT version (from `wit/durasync.wit`) and the one the
 /// `newer-minor` plugin is built for (derived from it by its `build.rs`).
 fn wit_versions() -> (&'static str, String) {
-    let host = durasync::services::WIT_VERSION;
+    let host = durasync::runtime::policy::HOST_WIT_VERSION;
     let (head, patch) = host.rsplit_once('.').unwrap();
     (host, format!("{head}.{}", patch.parse::<u64>().unwrap() + 1))
 }
@@ -63,7 +64,7 @@ impl Fixture {
         let text = format!(
             "name = \"{package}\"\nwasm = \"plugin.wasm\"\nsha256 = \"{}\"\n\
              [roots.data]\npath = \"data\"\naccess = \"{root_access}\"\n[limits]\n{limits}\n",
-            sha256(&bytes)
+            sha256_hex(&bytes)
         );
         std::fs::write(&manifest, text).unwrap();
         Fixture { tmp, manifest }
@@ -86,44 +87,14 @@ impl Fixture {
     }
 
     /// Everything under the temporary directory except the plugin itself.
-    fn snapshot(&self) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        for top in ["data", "outside", "x"] {
-            support::snapshot::snapshot(&self.path(top), top, &mut out);
-        }
-        out
+    fn snapshot(&self) -> BTreeMap<String, Entry> {
+        snapshot_of(self.tmp.path(), &["data", "outside", "x"])
     }
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    durasync::runtime::sha256_hex(bytes)
-}
-
-fn shared_cache() -> PathBuf {
-    let dir = support::wasm::target_dir().join("runtime-test-cache");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    dir
 }
 
 /// Output as text, without the terminal colour codes of the log.
 fn text(b: &[u8]) -> String {
-    let s = String::from_utf8_lossy(b);
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // CSI: ESC [ ... final byte in @..~
-            for c in chars.by_ref() {
-                if ('@'..='~').contains(&c) && c != '[' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    strip_ansi(&String::from_utf8_lossy(b))
 }
 
 /// Run `input` against a fresh fixture and check status, message and that
@@ -325,7 +296,7 @@ fn a_plugin_built_for_a_newer_minor_calling_a_missing_function_is_refused_precis
 fn a_sha256_mismatch_refuses_to_load() {
     let fx = Fixture::new("noop", "rw", "");
     let text_before = std::fs::read_to_string(&fx.manifest).unwrap();
-    let real = sha256(&std::fs::read(fx.path("plugin.wasm")).unwrap());
+    let real = sha256_of_file(&fx.path("plugin.wasm"));
     std::fs::write(&fx.manifest, text_before.replace(&real, &"0".repeat(64))).unwrap();
     let out = fx.run("", &[], "warn");
     let stderr = text(&out.stderr);
@@ -502,7 +473,7 @@ fn inspect_shows_hash_version_imports_exports_policy_and_describe() {
     let out = inspect(&fx.manifest, true);
     assert_eq!(out.status.code(), Some(OK), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["sha256"], sha256(&std::fs::read(fx.path("plugin.wasm")).unwrap()));
+    assert_eq!(v["sha256"], sha256_of_file(&fx.path("plugin.wasm")));
     let (host, _) = wit_versions();
     assert_eq!(v["wit_version"], host);
     assert_eq!(v["policy"], "pass");
@@ -519,7 +490,7 @@ fn inspect_shows_hash_version_imports_exports_policy_and_describe() {
 fn inspect_of_a_forbidden_plugin_names_the_import_and_fails() {
     let tmp = tempfile::tempdir().unwrap();
     let forbidden = tmp.path().join("http.wasm");
-    std::fs::write(&forbidden, support::toolchains::component_importing(&["wasi:http/types@0.2.4"])).unwrap();
+    std::fs::write(&forbidden, support::component::component_importing(&["wasi:http/types@0.2.4"])).unwrap();
     let out = inspect(&forbidden, false);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(POLICY), "{}", text(&out.stderr));

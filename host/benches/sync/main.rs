@@ -27,8 +27,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use durasync::digest::sha256_hex;
 use durasync::durable::Outcome;
-use durasync::runtime::{CacheConfig, Manifest, Plugin, Runtime, sha256_hex};
+use durasync::runtime::{CacheConfig, Manifest, Plugin, Runtime};
 
 use stats::{Summary, fmt_num, fmt_summary, ms, ratios, summarize};
 use variants::{Sample, contents, plugin_input};

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use durasync::durable::{self, Op, Options, Outcome, Probe, Tree};
+use durasync::durable::{self, Options, Outcome, Probe, SysOp, Tree};
 use durasync::runtime::{Manifest, Plugin, RunRequest};
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 
@@ -74,12 +74,12 @@ struct Counting {
 }
 
 impl Probe for Counting {
-    fn after(&self, op: &Op<'_>) {
+    fn after(&self, op: &SysOp<'_>) {
         match op {
-            Op::FsyncFile { .. } => {
+            SysOp::FsyncFile { .. } => {
                 self.fsyncs.fetch_add(1, Ordering::Relaxed);
             }
-            Op::FsyncDir { path } => {
+            SysOp::FsyncDir { path } => {
                 self.fsyncs.fetch_add(1, Ordering::Relaxed);
                 if *path == "." {
                     self.commit.lock().unwrap().get_or_insert(self.start.elapsed());

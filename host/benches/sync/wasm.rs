@@ -1,5 +1,5 @@
 //! Building the benchmark's plugins (`host/benches/plugins`, their own
-//! workspace) from inside the bench, as `tests/support/wasm.rs` does for the
+//! workspace) from inside the bench, as `tests/support/src/wasm.rs` does for the
 //! tests: a nested `cargo build --release --target wasm32-wasip2` with its
 //! own target dir (`target/wasm-bench`), so the outer build's lock is never
 //! contended and `cargo bench` stays one command.

@@ -110,7 +110,7 @@ impl Schedule {
 }
 
 /// What the agent does when a granted target the instance wrote is changed
-/// by something other than durasync (see [`super::drift`]).
+/// by something other than durasync (see `agent/drift.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DriftMode {
     /// Report it and run the instance at once, so the plugin's desired

@@ -22,12 +22,13 @@ use super::metrics::{Metrics, Version};
 use super::notify::Notifier;
 use super::status::{self, Board};
 use super::watch::{Change, Watcher};
-use super::{Error, Loaded, Options, RunReport, load, log_report, run_instance, spawn_traced};
+use super::{AgentSettings, Error, Loaded, RunReport, load, log_report, run_instance};
 use crate::hooks::Ledger;
 use crate::hooks::actions::{Observer, Runner};
 use crate::hooks::ledger::ProbationRecord;
 use crate::hooks::probation::{ProbeObserver, Prober};
 use crate::runtime::Runtime;
+use crate::spawn::spawn_traced;
 
 /// How long the config directory must be quiet before a reload: an editor
 /// or `cp` writes a manifest in several steps.
@@ -84,7 +85,7 @@ pub(super) enum Event {
 }
 
 pub(super) struct Daemon {
-    pub(super) opts: Options,
+    pub(super) opts: AgentSettings,
     pub(super) runtime: Arc<Runtime>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) health: Arc<Health>,
@@ -115,7 +116,7 @@ pub(super) struct Daemon {
 
 /// Run the agent until SIGTERM or SIGINT. Returns after in-flight runs
 /// finished (or the grace period ended, which is an error naming them).
-pub fn run(opts: &Options) -> Result<(), Error> {
+pub fn run(opts: &AgentSettings) -> Result<(), Error> {
     let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE);
     // Signals first: a SIGTERM during start-up must not kill the process
     // between two durable steps of a first run.
@@ -508,7 +509,7 @@ impl Daemon {
                 .into_iter()
                 .filter_map(|root| {
                     let path = &loaded.spec.manifest.roots.get(&root)?.path;
-                    let digest = status::tree_digest(path).unwrap_or_else(|e| format!("none: {e}"));
+                    let digest = status::root_digest(path).unwrap_or_else(|e| format!("none: {e}"));
                     Some((root, digest))
                 })
                 .collect();
@@ -834,7 +835,7 @@ fn changed_roots(report: &RunReport) -> BTreeSet<String> {
 /// Open an instance's ledger of owed actions and start its action thread
 /// (retries back off like its runs).
 fn start_actions(
-    opts: &Options,
+    opts: &AgentSettings,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
     tx: SyncSender<Event>,

@@ -143,7 +143,7 @@ impl Watches {
         let fd = Arc::new(inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?);
         let (ack, acked): (SyncSender<()>, Receiver<()>) = std::sync::mpsc::sync_channel(1);
         let bell_fd = fd.clone();
-        super::spawn_traced("drift".into(), move || {
+        crate::spawn::spawn_traced("drift".into(), move || {
             loop {
                 let mut fds = [rustix::event::PollFd::new(&*bell_fd, rustix::event::PollFlags::IN)];
                 match rustix::event::poll(&mut fds, None) {

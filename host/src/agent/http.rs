@@ -35,7 +35,7 @@ impl MetricsServer {
         let bound = server.server_addr().to_string();
         let server = Arc::new(server);
         let serving = server.clone();
-        let thread = super::spawn_traced("metrics".into(), move || {
+        let thread = crate::spawn::spawn_traced("metrics".into(), move || {
             for request in serving.incoming_requests() {
                 let path = request.url().split('?').next().unwrap_or("").to_owned();
                 let response = if *request.method() != Method::Get && *request.method() != Method::Head {

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::config::Input;
-use crate::process::{Ended, supervise};
+use crate::spawn::child::{Ended, supervise};
 
 /// The largest input the agent hands a plugin. A `kubectl get -o json` of a
 /// namespace's configmaps and secrets is well under a MiB; anything this
@@ -105,7 +105,7 @@ fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, InputError
     let stdout: std::os::fd::OwnedFd = child.stdout.take().expect("piped").into();
     let stderr: std::os::fd::OwnedFd = child.stderr.take().expect("piped").into();
     // Its own exit decides: a process it left holding a pipe is not waited
-    // for past a short grace, and is killed with its group (process.rs).
+    // for past a short grace, and is killed with its group (spawn/child.rs).
     let mut out = Vec::new();
     let mut err = HeadTail::new(MAX_STDERR_BYTES);
     let ended = supervise(&mut child, vec![stdout, stderr], deadline, &mut |i, bytes| {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::config::{Drift, Input};
 use super::health::InstanceHealth;
-use super::{Loaded, Options};
+use super::{AgentSettings, Loaded};
 use super::{drift, status};
 use crate::runtime::manifest::Component;
 use crate::services::LogRate;
@@ -89,7 +89,7 @@ pub(super) struct Instance {
 }
 
 impl Instance {
-    pub(super) fn new(file: PathBuf, opts: &Options) -> Instance {
+    pub(super) fn new(file: PathBuf, opts: &AgentSettings) -> Instance {
         let label = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         Instance {
             loading: false,

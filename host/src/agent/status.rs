@@ -5,26 +5,19 @@
 //! what it still owes, what drifted, what was refused last.
 //!
 //! [`InstanceStatus`] is a plain struct: a new fact is one field (and the
-//! line that fills it in [`super::instance::Instance::status`]).
+//! line that fills it in `Instance::status` in `agent/instance.rs`).
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::durable::names;
 use crate::hooks::Ledger;
 
 /// The longest message kept for a run or a refusal (the log has the rest).
 pub const MAX_MESSAGE_CHARS: usize = 512;
-/// The most files a root's tree digest reads; a larger root gets no digest.
-pub const MAX_DIGEST_FILES: u64 = 100_000;
-/// The most bytes a root's tree digest reads; a larger root gets no digest.
-pub const MAX_DIGEST_BYTES: u64 = 1 << 30;
 
 /// The whole document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -145,7 +138,7 @@ pub struct CommitStatus {
     /// When the run that committed ended (RFC 3339).
     pub at: String,
     /// Per root written since the agent started: the digest of its tree
-    /// after that root's last commit ([`tree_digest`]), or why there is none.
+    /// after that root's last commit ([`root_digest`]), or why there is none.
     pub roots: BTreeMap<String, String>,
 }
 
@@ -273,85 +266,19 @@ impl Board {
     }
 }
 
-/// The digest of the tree under `root`: `sha256:<hex>` over every entry
-/// below it in name order (its path, type and permission bits; a file's
-/// bytes, a link's target), durasync's own entries left out; the same
-/// tree always gives the same digest, whatever its inodes or times. Bounded
-/// by [`MAX_DIGEST_FILES`] and [`MAX_DIGEST_BYTES`]; symbolic links are not
-/// followed.
-pub fn tree_digest(root: &Path) -> Result<String, String> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let mut h = Sha256::new();
-    let (mut files, mut bytes) = (0u64, 0u64);
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let dir = root.join(&rel);
-        let mut entries: Vec<(std::ffi::OsString, std::fs::Metadata)> = Vec::new();
-        for e in std::fs::read_dir(&dir).map_err(|e| format!("reading {}: {e}", dir.display()))? {
-            let e = e.map_err(|e| format!("reading {}: {e}", dir.display()))?;
-            let name = e.file_name();
-            if name.to_str().is_some_and(names::is_reserved) {
-                continue;
-            }
-            let meta = e.metadata().map_err(|e| format!("{}: {e}", dir.join(&name).display()))?;
-            entries.push((name, meta));
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        // Subdirectories are pushed in reverse so they pop in name order.
-        let mut subdirs = Vec::new();
-        for (name, meta) in entries {
-            let path = rel.join(&name);
-            files += 1;
-            if files > MAX_DIGEST_FILES {
-                return Err(format!("more than {MAX_DIGEST_FILES} entries"));
-            }
-            let t = meta.file_type();
-            let kind = if t.is_dir() {
-                'd'
-            } else if t.is_symlink() {
-                'l'
-            } else if t.is_file() {
-                'f'
-            } else {
-                'o'
-            };
-            h.update(path.as_os_str().as_encoded_bytes());
-            h.update([0, kind as u8]);
-            h.update((meta.mode() & 0o7777).to_le_bytes());
-            match kind {
-                'd' => subdirs.push(path),
-                'l' => {
-                    let target = std::fs::read_link(root.join(&path)).map_err(|e| e.to_string())?;
-                    h.update(target.as_os_str().as_encoded_bytes());
-                }
-                'f' => {
-                    bytes += meta.len();
-                    if bytes > MAX_DIGEST_BYTES {
-                        return Err(format!("more than {MAX_DIGEST_BYTES} bytes"));
-                    }
-                    let mut f = std::fs::OpenOptions::new()
-                        .read(true)
-                        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                        .open(root.join(&path))
-                        .map_err(|e| format!("{}: {e}", path.display()))?;
-                    let mut fh = Sha256::new();
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = f.read(&mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
-                        if n == 0 {
-                            break;
-                        }
-                        fh.update(&buf[..n]);
-                    }
-                    h.update(fh.finalize());
-                }
-                _ => {}
-            }
-            h.update([0xff]);
-        }
-        stack.extend(subdirs.into_iter().rev());
-    }
-    Ok(format!("sha256:{}", hex::encode(h.finalize())))
+/// The digest of the tree under `root` ([`crate::digest::tree_digest`]: the
+/// same digest a probation holds the change to), or why there is none.
+pub fn root_digest(root: &Path) -> Result<String, String> {
+    use rustix::fs::{Mode, OFlags};
+    let parent = match root.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = root.file_name().and_then(|n| n.to_str()).ok_or("a root whose name is not UTF-8")?;
+    let fd = rustix::fs::open(parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| format!("{}: {e}", parent.display()))?;
+    crate::digest::tree_digest(std::os::fd::AsFd::as_fd(&fd), name, &root.display().to_string())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -367,22 +294,22 @@ mod tests {
         std::fs::write(r.join("secrets/tls/tls.crt"), "crt").unwrap();
         std::fs::set_permissions(r.join("secrets/tls/tls.crt"), std::fs::Permissions::from_mode(0o644))
             .unwrap();
-        let d0 = tree_digest(r).unwrap();
+        let d0 = root_digest(r).unwrap();
         assert!(d0.starts_with("sha256:") && d0.len() == 7 + 64, "{d0}");
         std::fs::write(r.join(".durasync.lock"), "").unwrap();
         std::fs::create_dir(r.join("secrets/.durasync-stage-0123456789abcdef")).unwrap();
-        assert_eq!(tree_digest(r).unwrap(), d0, "durasync's own entries are not the tree");
+        assert_eq!(root_digest(r).unwrap(), d0, "durasync's own entries are not the tree");
         std::fs::write(r.join("secrets/tls/tls.crt"), "crx").unwrap();
-        let d1 = tree_digest(r).unwrap();
+        let d1 = root_digest(r).unwrap();
         assert_ne!(d1, d0);
         std::fs::set_permissions(r.join("secrets/tls/tls.crt"), std::fs::Permissions::from_mode(0o600))
             .unwrap();
-        assert_ne!(tree_digest(r).unwrap(), d1);
+        assert_ne!(root_digest(r).unwrap(), d1);
         std::fs::write(r.join("secrets/tls/tls.crt"), "crt").unwrap();
         std::fs::set_permissions(r.join("secrets/tls/tls.crt"), std::fs::Permissions::from_mode(0o644))
             .unwrap();
-        assert_eq!(tree_digest(r).unwrap(), d0, "the same tree again gives the same digest");
-        assert!(tree_digest(&r.join("missing")).unwrap_err().contains("missing"));
+        assert_eq!(root_digest(r).unwrap(), d0, "the same tree again gives the same digest");
+        assert!(root_digest(&r.join("missing")).unwrap_err().contains("missing"));
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl Watcher {
     ) -> std::io::Result<Watcher> {
         let fd = Arc::new(inotify::init(CreateFlags::CLOEXEC)?);
         let reader_fd = fd.clone();
-        super::spawn_traced("inotify".into(), move || {
+        crate::spawn::spawn_traced("inotify".into(), move || {
             // Room for many events with names up to NAME_MAX.
             let mut buf = vec![MaybeUninit::<u8>::uninit(); 64 * 1024];
             let mut reader = inotify::Reader::new(&*reader_fd, &mut buf);

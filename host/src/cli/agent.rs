@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
-use durasync::agent::{self, Options};
+use durasync::agent::{self, AgentSettings};
 use durasync::runtime::CacheConfig;
 
 use super::exit;
@@ -55,10 +55,11 @@ pub struct AgentArgs {
     pub log_rate_bytes: u64,
     #[command(flatten)]
     pub tls: super::registry::TlsArgs,
-    /// How instances whose manifest sets no `flush` make their staged trees
-    /// durable: `auto` (syncfs or per-file fsync, chosen per batch), `fsync`, `syncfs`.
-    #[arg(long, value_name = "auto|fsync|syncfs", default_value_t = durasync::durable::Flush::Auto)]
-    pub flush: durasync::durable::Flush,
+    /// How every instance's syncs make their staged trees durable, over the
+    /// manifests' own `flush`: `auto` (syncfs or per-file fsync, chosen per
+    /// batch), `fsync`, `syncfs`. Unset: each manifest's `flush`, else `auto`.
+    #[arg(long, value_name = "auto|fsync|syncfs")]
+    pub flush: Option<durasync::durable::Flush>,
     /// Where the ledgers of owed actions are kept (`actions/<instance>.owed`):
     /// an action owed when the agent stopped runs after its next start.
     #[arg(long, value_name = "DIR", default_value = agent::DEFAULT_STATE_DIR)]
@@ -80,7 +81,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     } else {
         args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir)
     };
-    let opts = Options {
+    let opts = AgentSettings {
         metrics_addr: args.metrics_addr.clone(),
         cache,
         grace: args.grace,
@@ -91,14 +92,14 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         registry: args.tls.apply(Default::default())?,
         flush: args.flush,
         state_dir: args.state_dir.clone(),
-        ..Options::new(args.config_dir.clone())
+        ..AgentSettings::new(args.config_dir.clone())
     };
     // The log format and the agent's `info` default are set up by `main`
     // (`Cli::log_settings`), for every thread of the process.
     if args.once { once(&opts) } else { agent::run(&opts).map_err(into_anyhow) }
 }
 
-fn once(opts: &Options) -> Result<()> {
+fn once(opts: &AgentSettings) -> Result<()> {
     let summaries = agent::run_once(opts).map_err(into_anyhow)?;
     let failed = summaries.iter().filter(|s| !s.ok()).count();
     for s in &summaries {

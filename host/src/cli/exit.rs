@@ -1,5 +1,5 @@
 //! The documented exit statuses of `durasync`, and which error maps to which.
-//! The README's table is the contract; keep the two in step.
+//! The table in docs/cli.md ("Exit statuses") is the contract; keep the two in step.
 
 use durasync::{durable, runtime};
 
@@ -30,6 +30,9 @@ pub const PLUGIN_TRAP: u8 = 11;
 pub const POLICY: u8 = 12;
 /// `durasync test`: at least one golden case failed (its lines say how).
 pub const TEST_FAILED: u8 = 14;
+/// `durasync doctor`: a sync would fail at one of the places examined
+/// (its `fail` lines say why).
+pub const DOCTOR_FAILED: u8 = 15;
 
 /// The exit status for an error, from the first durable-core error in its
 /// chain (or an explicit [`Status`] attached by a command).

@@ -1,13 +1,13 @@
 //! The `durasync` command line: parse, call the library, print, exit.
 
 pub mod agent;
+pub mod doctor;
 pub mod exit;
-pub mod golden;
-pub mod harness;
 pub mod native;
 pub mod plugin;
 pub mod registry;
 pub mod status;
+pub mod testing;
 
 use clap::{Parser, Subcommand};
 
@@ -44,10 +44,12 @@ pub enum Command {
     Agent(agent::AgentArgs),
     /// Show what a running agent holds (its `/status`): a table, or `--json`.
     Status(status::StatusArgs),
+    /// Check whether a sync works where targets or a manifest's roots are (renameat2, mounts, space, …).
+    Doctor(doctor::DoctorArgs),
     /// Serve a plugin's `fs` and `log` calls as JSON lines on stdio (the language shims' test harness).
-    Harness(harness::HarnessArgs),
+    Harness(testing::HarnessArgs),
     /// Run a built plugin's golden cases (input, config, starting and expected trees) through the runtime.
-    Test(golden::TestArgs),
+    Test(testing::TestArgs),
 }
 
 /// How the process logs (to standard error; `DURASYNC_LOG` overrides the
@@ -87,7 +89,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Push(args) => registry::push(args),
         Command::Agent(args) => agent::run(args),
         Command::Status(args) => status::status(args),
-        Command::Harness(args) => harness::harness(args),
-        Command::Test(args) => golden::test(args),
+        Command::Doctor(args) => doctor::doctor(args),
+        Command::Harness(args) => testing::harness(args),
+        Command::Test(args) => testing::test(args),
     }
 }

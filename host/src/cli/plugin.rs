@@ -112,9 +112,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else {
         args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir)
     };
-    if let Some(flush) = args.flush {
-        manifest.flush = Some(flush);
-    }
+    manifest.override_flush(args.flush);
     if !args.dry_run && !manifest.hooks.actions.is_empty() {
         tracing::warn!(
             "the manifest's [[action]]s are run by `durasync agent` only (it keeps their ledger); not run here"
@@ -266,7 +264,7 @@ pub fn inspect(args: &InspectArgs) -> Result<()> {
         }
     };
     let label = manifest.as_ref().map_or_else(|| wasm_path.clone(), |m| m.name.clone());
-    let sha256 = runtime::sha256_hex(&wasm);
+    let sha256 = durasync::digest::sha256_hex(&wasm);
     if let Some(m) = &manifest
         && let Some(pin) = &m.sha256
         && pin != &sha256

@@ -11,7 +11,7 @@ use clap::Args;
 use durasync::agent::status::{InstanceStatus, NodeStatus};
 
 /// The address `durasync status` asks when none is given (the port the
-/// README's examples give `--metrics-addr`).
+/// examples in docs/agent.md give `--metrics-addr`).
 pub const DEFAULT_ADDRESS: &str = "127.0.0.1:9464";
 /// The largest `/status` answer read (a thousand instances fit easily).
 pub const MAX_RESPONSE_BYTES: u64 = 8 << 20;

@@ -38,11 +38,6 @@ impl<'a> Cancel<'a> {
         Cancel { deadline: None, flag: Some(flag) }
     }
 
-    /// This cancellation, and also once `flag` is set.
-    pub fn or_on(self, flag: &'a AtomicBool) -> Self {
-        Cancel { flag: Some(flag), ..self }
-    }
-
     /// Whether the operation should stop now.
     pub fn is_cancelled(&self) -> bool {
         self.flag.is_some_and(|f| f.load(Ordering::Relaxed))

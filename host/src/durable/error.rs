@@ -303,7 +303,7 @@ pub(crate) fn unsupported_or(e: Error, dir: BorrowedFd<'_>, exchange: bool) -> E
             return Error::Io { step, path, source };
         }
     };
-    Error::Unsupported { path, fs: super::sys::fs_name(dir), op, source }
+    Error::Unsupported { path, fs: super::fsinfo::fs_name(dir), op, source }
 }
 
 /// Turn a failure after the swap into [`Error::Committed`].

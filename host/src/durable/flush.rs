@@ -8,19 +8,19 @@
 //!   [`super::DEFAULT_THREADS`] threads so the block layer merges device
 //!   flushes. Its cost grows with the batch, not with anyone else's dirty
 //!   data. On btrfs they contend on the log tree and are slow however they
-//!   are issued: 1000 files took 1045 ms from 16 threads and 596 ms one at
-//!   a time in DESIGN.md's run, but 1692 ms from 16 threads, 5143 ms from 4
-//!   and 4360 ms one at a time on Linux 6.18 here (BENCHMARKS.md), so the
-//!   thread count is kept and `auto` avoids fsyncs on btrfs instead.
+//!   are issued, so the thread count is kept and `auto` avoids fsyncs on
+//!   btrfs instead.
 //! - **syncfs**: the files and directories are written without any fsync,
 //!   then **one** `syncfs(2)` on the staging directory's fd writes back and
 //!   commits everything dirty on that file system: the batch's data, modes
-//!   and entries included (1000 files: ~45 ms against ~95 ms for 16-thread
-//!   fsyncs on ext4 with a journal, 67 ms against 596 ms on btrfs). Its cost
+//!   and entries included (for 1000 files about half the time of 16-thread
+//!   fsyncs on ext4 and a tenth on btrfs). Its cost
 //!   grows with everyone else's dirty data on that file system, and it
 //!   pushes that data out too.
 //!
 //! After either, the swap and the commit fsync of the parent are the same.
+//! The figures behind these choices are in BENCHMARKS.md ("Flush
+//! strategies on ext4, xfs and btrfs", "The syncfs floor").
 //!
 //! `syncfs` reports write-back errors (any since the fd was opened, on that
 //! file system) only since Linux 5.8; before, it returned 0 whatever
@@ -46,8 +46,7 @@
 //!   their own fsyncs cost about one flush anyway, and touch no one else);
 //! - on ext4 and xfs, the other dirty data that `syncfs` would have to
 //!   write back is at most [`SYNCFS_MAX_OTHER_DIRTY`] (on btrfs, `syncfs`
-//!   beat parallel fsyncs even with another writer keeping ≥ 1 GiB dirty:
-//!   905 against 1975 ms in DESIGN.md's run, 495 against 2200 ms here):
+//!   beat parallel fsyncs even with another writer keeping ≥ 1 GiB dirty):
 //!   the device's own write-back statistics
 //!   (`BdiReclaimable` + `BdiWriteback` of `/sys/class/bdi/MAJ:MIN/stats`,
 //!   or of debugfs' `/sys/kernel/debug/bdi/MAJ:MIN/stats`) when the kernel
@@ -60,11 +59,11 @@
 //! another process's data.
 
 use std::fmt;
-use std::io;
 use std::os::fd::BorrowedFd;
 use std::str::FromStr;
 
 use super::error::{Error, Result};
+use super::fsinfo::{self, FsKind};
 
 /// How a sync makes its staging tree durable before the swap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -122,13 +121,10 @@ pub const SYNCFS_MIN_FILES: usize = 32;
 /// [`Flush::Auto`] uses `syncfs` only while at most this much other data
 /// is dirty or under write-back on the device (32 MiB). `syncfs` waits for
 /// all of it: at the few hundred MB/s of a node's disk, 32 MiB is about
-/// the time a batch's parallel fsyncs take anyway (~50–100 ms for 1000
-/// small files), and a busy writer's gigabytes would make the sync wait
+/// the time a batch's parallel fsyncs of 1000 small files take anyway
+/// (BENCHMARKS.md), and a busy writer's gigabytes would make the sync wait
 /// for them, and push them out early.
 pub const SYNCFS_MAX_OTHER_DIRTY: u64 = 32 << 20;
-
-/// The largest statistics file read (they are a few hundred bytes).
-const MAX_STATS_BYTES: usize = 64 << 10;
 
 /// What a batch uses, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,19 +135,6 @@ pub(crate) struct Chosen {
     pub threads: usize,
     /// Why, for the debug log.
     pub why: String,
-}
-
-/// The file systems whose `syncfs` writes back and commits all data and
-/// metadata, and whose files durasync may trust it with (tmpfs: nothing is
-/// durable there, and `syncfs` is as much a no-op as `fsync`).
-fn fs_kind(magic: u64) -> Option<&'static str> {
-    match magic {
-        0xEF53 => Some("ext4"),
-        0x5846_5342 => Some("xfs"),
-        0x9123_683E => Some("btrfs"),
-        0x0102_1994 => Some("tmpfs"),
-        _ => None,
-    }
 }
 
 /// Decide how the batch of `writes` files in the directory `dir` (the
@@ -165,21 +148,20 @@ pub(crate) fn choose(
     writes: usize,
     threads: usize,
 ) -> Result<Chosen> {
-    let magic = rustix::fs::fstatfs(dir).map(|st| st.f_type as u64).ok();
-    let kind = magic.and_then(fs_kind);
+    let kind = FsKind::of(dir).filter(|k| k.syncfs_trusted());
     let fsync = |why: String| Chosen { syncfs: false, threads, why };
     // Without fsyncs, writing the batch never waits for the disk: it is CPU
     // work in the page cache, and creating names in one directory takes its
     // lock in turn, so threads beyond the CPUs only spin on that lock
     // (`rwsem_spin_on_owner` was 6 % of a 1000-file sync's profile with 16).
     let syncfs = |why: String| Chosen { syncfs: true, threads: super::parallel::cpu_threads(threads), why };
-    let kernel_ok = kernel_reports_syncfs_errors();
+    let kernel_ok = fsinfo::kernel_reports_syncfs_errors();
     match flush {
         Flush::Fsync => Ok(fsync("--flush fsync".into())),
         Flush::Syncfs => {
             let unsupported = |reason: String| Error::FlushUnsupported {
                 path: path.to_owned(),
-                fs: super::sys::fs_name(dir),
+                fs: fsinfo::fs_name(dir),
                 reason,
             };
             if kind.is_none() {
@@ -195,7 +177,7 @@ pub(crate) fn choose(
             Ok(syncfs("--flush syncfs".into()))
         }
         Flush::Auto => {
-            let Some(kind) = kind.filter(|k| *k != "tmpfs") else {
+            let Some(kind) = kind.filter(|k| *k != FsKind::Tmpfs) else {
                 return Ok(fsync("auto: syncfs is used only on ext4, xfs and btrfs".into()));
             };
             if !kernel_ok {
@@ -204,12 +186,12 @@ pub(crate) fn choose(
             if writes < SYNCFS_MIN_FILES {
                 return Ok(fsync(format!("auto: {writes} files to write, fewer than {SYNCFS_MIN_FILES}")));
             }
-            if kind == "btrfs" {
+            if kind == FsKind::Btrfs {
                 // Its fsyncs contend on the log tree; one syncfs was faster
                 // even beside another writer's gigabyte of dirty data.
                 return Ok(syncfs(format!("auto: btrfs, {writes} files")));
             }
-            match other_dirty(dir) {
+            match fsinfo::other_dirty(dir) {
                 Some((bytes, source)) if bytes <= SYNCFS_MAX_OTHER_DIRTY => {
                     Ok(syncfs(format!("auto: {kind}, {writes} files, {bytes} bytes dirty ({source})")))
                 }
@@ -220,70 +202,6 @@ pub(crate) fn choose(
             }
         }
     }
-}
-
-/// Whether the running kernel's `syncfs` reports write-back errors (5.8+).
-fn kernel_reports_syncfs_errors() -> bool {
-    let Ok(release) = read_small("/proc/sys/kernel/osrelease") else { return false };
-    release_at_least(&release, (5, 8))
-}
-
-/// Whether a kernel release string (`6.1.0-18-amd64`) is at least `want`.
-fn release_at_least(release: &str, want: (u32, u32)) -> bool {
-    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
-    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
-    match (major, minor) {
-        (Some(major), Some(minor)) => (major, minor) >= want,
-        _ => false,
-    }
-}
-
-/// Bytes dirty or under write-back that a `syncfs` of the file system
-/// holding `dir` would wait for, and where the number came from: the
-/// device's write-back statistics when the kernel shows them, else the
-/// machine's (an upper bound). `None` when neither can be read.
-pub(crate) fn other_dirty(dir: BorrowedFd<'_>) -> Option<(u64, &'static str)> {
-    if let Ok(st) = rustix::fs::fstat(dir) {
-        let dev = format!("{}:{}", rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
-        for (base, source) in [
-            ("/sys/class/bdi", "the device's write-back statistics"),
-            ("/sys/kernel/debug/bdi", "the device's write-back statistics (debugfs)"),
-        ] {
-            if let Some(bytes) = read_small(&format!("{base}/{dev}/stats")).ok().and_then(|t| bdi_dirty(&t)) {
-                return Some((bytes, source));
-            }
-        }
-    }
-    let meminfo = read_small("/proc/meminfo").ok()?;
-    Some((meminfo_dirty(&meminfo)?, "/proc/meminfo, the whole machine"))
-}
-
-/// `BdiReclaimable` + `BdiWriteback` (kB) of a bdi `stats` file, in bytes.
-fn bdi_dirty(text: &str) -> Option<u64> {
-    Some((kb_field(text, "BdiReclaimable:")? + kb_field(text, "BdiWriteback:")?) * 1024)
-}
-
-/// `Dirty` + `Writeback` (kB) of `/proc/meminfo`, in bytes.
-fn meminfo_dirty(text: &str) -> Option<u64> {
-    Some((kb_field(text, "Dirty:")? + kb_field(text, "Writeback:")?) * 1024)
-}
-
-/// The number after `key` at the start of a line (`Dirty:   1234 kB`).
-fn kb_field(text: &str, key: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|rest| rest.split_whitespace().next())?
-        .parse()
-        .ok()
-}
-
-/// A small text file from `/proc` or `/sys`, at most [`MAX_STATS_BYTES`].
-fn read_small(path: &str) -> io::Result<String> {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?.take(MAX_STATS_BYTES as u64).read_to_end(&mut buf)?;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
 #[cfg(test)]
@@ -299,26 +217,6 @@ mod tests {
         }
         let err = "fdatasync".parse::<Flush>().unwrap_err();
         assert_eq!(err, "must be \"auto\", \"fsync\" or \"syncfs\", not \"fdatasync\"");
-    }
-
-    #[test]
-    fn kernel_releases_compare_by_major_and_minor() {
-        assert!(release_at_least("6.18.44-fc-v1045\n", (5, 8)));
-        assert!(release_at_least("5.8.0", (5, 8)));
-        assert!(!release_at_least("5.7.19-generic", (5, 8)));
-        assert!(!release_at_least("4.19.0", (5, 8)));
-        assert!(!release_at_least("garbage", (5, 8)));
-    }
-
-    #[test]
-    fn dirty_bytes_come_from_the_bdi_stats_or_meminfo() {
-        let bdi =
-            "BdiWriteback:              128 kB\nBdiReclaimable:           2048 kB\nDirtyThresh:  9 kB\n";
-        assert_eq!(bdi_dirty(bdi), Some((128 + 2048) * 1024));
-        let meminfo = "MemTotal: 1 kB\nDirty:            326392 kB\nWriteback:             8 kB\n";
-        assert_eq!(meminfo_dirty(meminfo), Some((326_392 + 8) * 1024));
-        assert_eq!(meminfo_dirty("MemTotal: 1 kB\n"), None);
-        assert_eq!(bdi_dirty("BdiWriteback: x kB\nBdiReclaimable: 1 kB\n"), None);
     }
 
     #[test]

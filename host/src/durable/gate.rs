@@ -16,12 +16,12 @@
 //!   nothing the program does to the staged copy can reach a live file;
 //! - after such a gate accepted, the staged copy is checked again and
 //!   refused if anything of it changed ("what goes live is what was
-//!   checked, durably"): every entry's [`Stamp`] (inode, ctime, mode, size,
+//!   checked, durably"): every entry's `Stamp` (inode, ctime, mode, size,
 //!   links), taken before the gate and again after it, and every byte and
 //!   mode compared with the request. The ctime is what proves an inode
 //!   untouched, also by an edit undone (identical bytes, but maybe not yet
 //!   on the disk): before the gate, the core waits until the clock is past
-//!   every staged entry's ctime ([`wait_past`]), so any later change gets
+//!   every staged entry's ctime (`wait_past`), so any later change gets
 //!   a later ctime. Nothing is fsynced again: unchanged inodes are exactly
 //!   what the staging's fsyncs made durable. (Only if the clock did not
 //!   get there in time — set back meanwhile — is the staged copy flushed

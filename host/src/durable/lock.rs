@@ -10,7 +10,7 @@ use rustix::fs::{FlockOperation, Mode, OFlags};
 
 use super::error::{Result, Step};
 use super::names::LOCK_NAME;
-use super::probe::Op;
+use super::probe::SysOp;
 use super::sys::{Sys, join};
 
 /// An exclusive lock on a directory, held until it is dropped (closing the
@@ -24,7 +24,7 @@ pub(crate) struct DirLock {
 /// any other holder. `dir_path` names the directory in errors and probes.
 pub(crate) fn lock(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str) -> Result<DirLock> {
     let lock_path = join(dir_path, LOCK_NAME);
-    let fd = sys.observe(Op::Lock { dir: dir_path }, Step::Lock, &lock_path, || {
+    let fd = sys.observe(SysOp::Lock { dir: dir_path }, Step::Lock, &lock_path, || {
         let fd = rustix::fs::openat(
             dir,
             LOCK_NAME,

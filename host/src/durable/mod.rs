@@ -3,16 +3,35 @@
 //! WebAssembly; the runtime and the CLI are thin layers over it.
 //!
 //! One file per operation:
-//! [`sync`](mod@sync) (directory sync), [`write`](mod@write) (single file),
-//! [`remove`](mod@remove), [`recover`](mod@recover), [`previous`] (keeping
-//! the previous contents of a target, reverting to them), [`primitives`]
-//! (raw exchange and fsync), [`read`];
-//! and the pieces they share: [`names`] (path rules), [`tree`] (what a sync
-//! writes), [`walk`] (reading trees on disk), [`diff`] (comparing a tree
-//! with a directory), [`resolve`] (paths beneath a handle), `lock`
-//! (serialising processes), [`probe`] (observation and fault injection),
-//! [`flush`] (how a staging tree is made durable: fsync or syncfs),
-//! [`error`] and [`report`].
+//!
+//! - [`sync`](mod@sync): directory sync.
+//! - [`write`](mod@write): single-file replace.
+//! - [`remove`](mod@remove): durable removal of a file or a tree.
+//! - [`recover`](mod@recover): removing what a crash or a failed cleanup left behind.
+//! - [`previous`]: keeping the previous contents of a target, reverting to them.
+//! - [`primitives`]: the raw exchange and fsync.
+//! - [`read`]: `read-file` and `list-dir` beneath a handle.
+//!
+//! And the pieces they share:
+//!
+//! - `replace_one`: the one-file path of a sync.
+//! - [`flush`]: how a staging tree is made durable (fsync or syncfs).
+//! - [`gate`]: the check asked before the swap, and the re-check of an exposed staged copy.
+//! - `marker`: the "unsynced" marker left by a failed commit fsync.
+//! - `lock`: serialising durasync processes (`flock` on the lock file).
+//! - `cancel`: [`Cancel`], a deadline or flag checked before the commit point.
+//! - [`names`]: path rules and the names of durasync's own entries.
+//! - [`resolve`]: paths beneath a directory handle.
+//! - [`tree`]: what a sync writes, validated as it is built.
+//! - [`walk`]: reading trees on disk.
+//! - [`diff`]: comparing a tree with a directory.
+//! - `parallel`: running independent steps from several threads.
+//! - `sys`: the only door for mutating system calls, each observed by the probe.
+//! - [`doctor`]: what a target's place can do, for `durasync doctor`.
+//! - [`fsinfo`]: what the file system and the kernel can do (kind, discards, dirty data, syncfs errors).
+//! - [`probe`]: observation and fault injection around every `sys` call.
+//! - [`error`]: typed errors (before the commit point, or committed).
+//! - [`report`]: what a successful operation reports.
 //!
 //! # Guarantee
 //!
@@ -49,12 +68,14 @@
 //!   such a sync never takes the one-file path (see [`previous`]).
 //! - Every walk and removal is iterative with a bounded number of open fds,
 //!   so trees of any depth are handled; durasync creates at most
-//!   [`MAX_DEPTH`] levels below an anchor.
+//!   [`names::MAX_DEPTH`] levels below an anchor.
 
 mod cancel;
 pub mod diff;
+pub mod doctor;
 pub mod error;
 pub mod flush;
+pub mod fsinfo;
 pub mod gate;
 mod lock;
 mod marker;
@@ -76,26 +97,27 @@ pub mod walk;
 pub mod write;
 
 pub use cancel::Cancel;
+pub use diff::Plan;
 pub use error::{Error, Result, Step};
 pub use flush::Flush;
+pub use fsinfo::FsKind;
 pub use gate::{Gate, Refusal, Staged, StagedKind};
-pub use names::MAX_DEPTH;
 pub use previous::{PreviousInfo, PreviousKind, discard_previous, previous_of, revert};
 pub use primitives::{exchange, fsync};
-pub use probe::{NoProbe, Op, Probe};
+pub use probe::{NoProbe, Probe, SysOp};
 pub use read::{Entry, EntryKind, ReadLimits, list_dir, read_file};
 pub use recover::recover;
 pub use remove::remove;
 pub use report::{Outcome, Report};
 pub use resolve::{create_dirs_beneath, open_beneath, split_last};
 pub use sync::{plan_sync, sync_dir, sync_dir_unchanged_from};
-pub use tree::{Node, Plan, RequestLimits, Tree, read_tree};
+pub use tree::{Node, RequestLimits, Tree};
+pub use walk::read_tree;
 pub use write::write_file;
 
 /// How many files a sync writes and fsyncs at once. Parallel fsyncs let the
-/// block layer merge device flushes (on a virtio disk 1000 files take about
-/// a third of the sequential time from 16 threads); more threads stop
-/// helping long before this.
+/// block layer merge device flushes (BENCHMARKS.md measures the thread
+/// counts); more threads stop helping long before this.
 pub const DEFAULT_THREADS: usize = 16;
 
 /// Settings shared by every operation.

@@ -29,7 +29,9 @@ pub const PATH_MAX: usize = 4095;
 /// 1024) and the directory fsyncs one nested file costs. Trees the host did
 /// not create can be deeper (anything can be `mkdir`ed beside it): every
 /// walk, removal and recovery is iterative with bounded fds, so they cope
-/// with any depth; only creating one is refused.
+/// with any depth; only creating one is refused. The services count it
+/// from a granted root whatever handle a plugin uses, so chaining
+/// `open-dir` handles cannot build deeper than one direct call could.
 pub const MAX_DEPTH: usize = 64;
 
 /// The lock file durasync keeps in every directory it changes. It is never

@@ -22,9 +22,8 @@ const PER_FILE_PARALLEL_MIN: usize = 64;
 const PER_FILE_THREADS: usize = 4;
 
 /// The threads that read or compare the contents of `files` files: one for
-/// a few, else [`PER_FILE_THREADS`] but never more than the CPUs (on 2
-/// CPUs, 1000 unchanged files compared: 8.6–9.4 ms from 2 threads,
-/// 9.1–10.0 ms from 4, 10.0–12.0 ms from 1).
+/// a few, else [`PER_FILE_THREADS`] but never more than the CPUs (the
+/// thread counts of the unchanged check are measured in BENCHMARKS.md).
 pub(crate) fn per_file_threads(files: usize) -> usize {
     if files < PER_FILE_PARALLEL_MIN { 1 } else { cpu_threads(PER_FILE_THREADS) }
 }

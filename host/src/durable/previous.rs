@@ -5,7 +5,7 @@
 //!
 //! A sync (or single-file write) asked to keep ([`Options::keep_previous`],
 //! or [`Gate::keep_previous`](super::Gate::keep_previous)) names its staging
-//! entry `.durasync-keep.<O>.<target>` ([`names::keep_name`]), where `<O>`
+//! entry `.durasync-keep.<O>.<target>` ([`keep_name`](super::names::keep_name)), where `<O>`
 //! is the inode number of the target it is about to replace, read before
 //! the staging entry is made. Before the swap that entry is the new tree,
 //! a fresh inode, so its own inode number is not `O` (`O` is still live as
@@ -62,16 +62,14 @@
 
 use std::os::fd::BorrowedFd;
 
-use rustix::fs::AtFlags;
-
 use super::Options;
 use super::error::{Error, Result, Step, committed, unsupported_or};
 use super::lock::lock;
 use super::marker::{mark, unmark};
-use super::names::{Leftover, check_name, keep_of, leftover_name, parse_keep};
-use super::recover::{remove_committed_leftover, remove_leftovers, remove_leftovers_or_defer};
+use super::names::{Leftover, check_name, keep_of, leftover_name};
+use super::recover::{kept_kind, remove_committed_leftover, remove_leftovers, remove_leftovers_or_defer};
 use super::report::{Outcome, Report};
-use super::sys::{Kind, Sys, kind_at, kind_of};
+use super::sys::{Kind, Sys, kind_at};
 use super::walk::{count_files, list_own_names};
 
 /// What kind of entry a previous is: what its target was.
@@ -122,31 +120,11 @@ pub(crate) fn valid_previous(parent: BorrowedFd<'_>, name: &str) -> Result<Vec<P
 /// The kind of the keep entry `entry` of `parent` naming inode `ino` when
 /// it is valid: a directory or regular file whose own inode is `ino`.
 fn valid_kind(parent: BorrowedFd<'_>, entry: &str, ino: u64) -> Result<Option<PreviousKind>> {
-    let st = match rustix::fs::statat(parent, entry, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(Error::io(Step::Read, entry, e)),
-    };
-    let kind = match kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) {
-        Kind::Dir => PreviousKind::Dir,
-        Kind::File => PreviousKind::File,
-        _ => return Ok(None),
-    };
-    Ok((st.st_ino == ino).then_some(kind))
-}
-
-/// The keep entries among `names` (durasync's own names in `dir`, as
-/// [`list_own_names`] gives them, of any target) that are not a valid
-/// previous: what leftover recovery removes beside the leftovers.
-pub(crate) fn stale_keeps(dir: BorrowedFd<'_>, names: &[String]) -> Result<Vec<String>> {
-    let mut stale = Vec::new();
-    for entry in names {
-        let Some(ino) = parse_keep(entry) else { continue };
-        if valid_kind(dir, entry, ino)?.is_none() {
-            stale.push(entry.clone());
-        }
-    }
-    Ok(stale)
+    Ok(match kept_kind(parent, entry, ino)? {
+        Some(Kind::Dir) => Some(PreviousKind::Dir),
+        Some(Kind::File) => Some(PreviousKind::File),
+        _ => None,
+    })
 }
 
 /// Whether a sync or write with `opts` keeps the target's previous contents.
@@ -331,6 +309,7 @@ mod tests {
 
     use super::*;
     use crate::durable::names::keep_name;
+    use crate::durable::recover::stale_keeps;
     use crate::durable::sys::open_dir;
 
     /// A scratch parent with an fd on it.

@@ -13,7 +13,7 @@ use std::io;
 /// the operation was anchored at (the parent fd given to the core; `.` is
 /// that directory itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op<'a> {
+pub enum SysOp<'a> {
     /// `flock(LOCK_EX)` on the lock file of directory `dir` (created if missing).
     Lock {
         /// The locked directory.
@@ -104,13 +104,13 @@ pub enum Op<'a> {
 pub trait Probe: Sync {
     /// Called before the call is made. An error is returned to the core as
     /// if the system call itself had failed with it, and the call is not made.
-    fn before(&self, op: &Op<'_>) -> io::Result<()> {
+    fn before(&self, op: &SysOp<'_>) -> io::Result<()> {
         let _ = op;
         Ok(())
     }
 
     /// Called after the call succeeded.
-    fn after(&self, op: &Op<'_>) {
+    fn after(&self, op: &SysOp<'_>) {
         let _ = op;
     }
 }

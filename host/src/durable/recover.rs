@@ -13,15 +13,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Options;
 use super::cancel::Cancel;
+use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::error::{Error, Result};
+use super::error::{Error, Result, Step};
+use super::fsinfo::unlinks_wait_for_discards;
 use super::lock::lock;
 use super::marker::any_marked;
 use super::names::{LOCK_NAME, is_leftover, parse_keep};
 use super::parallel;
-use super::previous::stale_keeps;
-use super::sys::{Kind, Sys, join, kind_at, unlinks_wait_for_discards};
+use super::sys::{Kind, Sys, join, kind_at, kind_of};
 use super::walk::{DirStack, Entry, list_own_names, read_entries};
 
 /// Remove every durasync leftover in `dir` and, recursively, in its
@@ -197,10 +198,9 @@ pub(crate) fn remove_committed_leftover(
 /// `discard`, see [`unlinks_wait_for_discards`]), the first directory of a
 /// removal with at least this many entries is emptied from several threads
 /// (once per removal, so threads never multiply; below it everything is
-/// sequential again): they overlap those waits (1000 files of 4 KiB on the
-/// virtio disk: ~120 ms sequential, ~30 ms from 16 threads). Elsewhere a
-/// removal is sequential: threads would only take turns at the directory's
-/// lock (xfs: ~20 ms sequential, ~44 ms from 16 threads).
+/// sequential again): they overlap those waits. Elsewhere a removal is
+/// sequential: threads would only take turns at the directory's lock (both
+/// measured in BENCHMARKS.md, "Removal threads").
 const PARALLEL_REMOVE_MIN: usize = 16;
 
 /// How many names a removal reads from a directory before acting on them.
@@ -360,6 +360,33 @@ fn remove_children_parallel(
         Ok(())
     })?;
     Ok(count.into_inner())
+}
+
+/// The kind of the keep entry `entry` of `parent` when it is a valid
+/// previous: a directory or regular file whose inode is `ino`, the one its
+/// name records (the inode rule of `names::keep_name`); `None` otherwise.
+pub(crate) fn kept_kind(parent: BorrowedFd<'_>, entry: &str, ino: u64) -> Result<Option<Kind>> {
+    let st = match rustix::fs::statat(parent, entry, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(Error::io(Step::Read, entry, e)),
+    };
+    let kind = kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _));
+    Ok((matches!(kind, Kind::Dir | Kind::File) && st.st_ino == ino).then_some(kind))
+}
+
+/// The keep entries among `names` (durasync's own names in `dir`, as
+/// [`list_own_names`] gives them, of any target) that are not a valid
+/// previous: what leftover recovery removes beside the leftovers.
+pub(crate) fn stale_keeps(dir: BorrowedFd<'_>, names: &[String]) -> Result<Vec<String>> {
+    let mut stale = Vec::new();
+    for entry in names {
+        let Some(ino) = parse_keep(entry) else { continue };
+        if kept_kind(dir, entry, ino)?.is_none() {
+            stale.push(entry.clone());
+        }
+    }
+    Ok(stale)
 }
 
 #[cfg(test)]

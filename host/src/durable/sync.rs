@@ -33,8 +33,8 @@
 //!   failed call's own file fsyncs had succeeded, but it keeps one simple
 //!   rule: nothing read from a marked target is trusted. A file
 //!   another program wrote into the target in place without fsyncing it is
-//!   outside the promise (other writers are not serialised, see the README's
-//!   "Not promised"): durasync carries what it reads, it does not flush it.
+//!   outside the promise (other writers are not serialised, see docs/guarantees.md,
+//!   "What is outside the promise"): durasync carries what it reads, it does not flush it.
 //! - **Only inodes of the target itself**: a regular file with exactly one
 //!   link (`st_nlink == 1`), owned by this process's user. An inode someone
 //!   hard-linked elsewhere is rewritten, so a carried inode is only ever

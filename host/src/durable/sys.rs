@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 
 use super::error::{Error, Result, Step};
-use super::probe::{Op, Probe};
+use super::probe::{Probe, SysOp};
 
 /// The mutating system calls, observed by a probe.
 #[derive(Clone, Copy)]
@@ -33,7 +33,7 @@ impl<'p> Sys<'p> {
     /// Run one observed call: `before` may veto it with an injected error.
     pub(super) fn observe<T>(
         &self,
-        op: Op<'_>,
+        op: SysOp<'_>,
         step: Step,
         path: &str,
         call: impl FnOnce() -> io::Result<T>,
@@ -49,7 +49,7 @@ impl<'p> Sys<'p> {
     /// setting the mode fails, the new directory is removed again, so a
     /// failure leaves nothing behind.
     pub(crate) fn mkdir(&self, dir: BorrowedFd<'_>, name: &str, path: &str, mode: u32) -> Result<OwnedFd> {
-        self.observe(Op::Mkdir { path }, Step::Mkdir, path, || {
+        self.observe(SysOp::Mkdir { path }, Step::Mkdir, path, || {
             rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)).map_err(io::Error::from)
         })?;
         let opened = open_dir(dir, name, path).and_then(|fd| self.chmod(&fd, path, mode).map(|()| fd));
@@ -62,7 +62,7 @@ impl<'p> Sys<'p> {
     /// A new empty file, `O_CREAT|O_EXCL|O_NOFOLLOW`: never an existing file,
     /// never through a link.
     pub(crate) fn create(&self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
-        self.observe(Op::Create { path }, Step::Create, path, || {
+        self.observe(SysOp::Create { path }, Step::Create, path, || {
             rustix::fs::openat(
                 dir,
                 name,
@@ -75,7 +75,7 @@ impl<'p> Sys<'p> {
 
     /// Write all of `data` to a freshly created file.
     pub(crate) fn write_all(&self, fd: BorrowedFd<'_>, path: &str, data: &[u8]) -> Result<()> {
-        self.observe(Op::Write { path, data }, Step::Write, path, || {
+        self.observe(SysOp::Write { path, data }, Step::Write, path, || {
             let mut rest = data;
             while !rest.is_empty() {
                 match rustix::io::write(fd, rest) {
@@ -91,28 +91,28 @@ impl<'p> Sys<'p> {
 
     /// Set exact permission bits with `fchmod` (the umask does not apply).
     pub(crate) fn chmod(&self, fd: impl AsFd, path: &str, mode: u32) -> Result<()> {
-        self.observe(Op::Chmod { path, mode }, Step::Chmod, path, || {
+        self.observe(SysOp::Chmod { path, mode }, Step::Chmod, path, || {
             rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).map_err(io::Error::from)
         })
     }
 
     /// `fsync` a regular file on the fd that wrote it.
     pub(crate) fn fsync_file(&self, fd: BorrowedFd<'_>, path: &str) -> Result<()> {
-        self.observe(Op::FsyncFile { path }, Step::FsyncFile, path, || {
+        self.observe(SysOp::FsyncFile { path }, Step::FsyncFile, path, || {
             rustix::fs::fsync(fd).map_err(io::Error::from)
         })
     }
 
     /// `fsync` a directory; `step` tells a commit fsync from the others.
     pub(crate) fn fsync_dir(&self, fd: BorrowedFd<'_>, path: &str, step: Step) -> Result<()> {
-        self.observe(Op::FsyncDir { path }, step, path, || rustix::fs::fsync(fd).map_err(io::Error::from))
+        self.observe(SysOp::FsyncDir { path }, step, path, || rustix::fs::fsync(fd).map_err(io::Error::from))
     }
 
     /// `syncfs` of the file system holding `fd`: writes back and commits
     /// everything dirty there, and reports any write-back error on that
     /// file system since `fd` was opened (Linux 5.8+, see `flush.rs`).
     pub(crate) fn syncfs(&self, fd: BorrowedFd<'_>, path: &str) -> Result<()> {
-        self.observe(Op::Syncfs { path }, Step::Syncfs, path, || {
+        self.observe(SysOp::Syncfs { path }, Step::Syncfs, path, || {
             rustix::fs::syncfs(fd).map_err(io::Error::from)
         })
     }
@@ -129,7 +129,7 @@ impl<'p> Sys<'p> {
         to: &str,
         to_path: &str,
     ) -> Result<()> {
-        self.observe(Op::Link { from: from_path, to: to_path }, Step::Link, to_path, || {
+        self.observe(SysOp::Link { from: from_path, to: to_path }, Step::Link, to_path, || {
             rustix::fs::linkat(dir_from, from, dir_to, to, AtFlags::empty()).map_err(io::Error::from)
         })
     }
@@ -144,7 +144,7 @@ impl<'p> Sys<'p> {
         b: &str,
         path_b: &str,
     ) -> Result<()> {
-        self.observe(Op::Exchange { a: path_a, b: path_b }, Step::Exchange, path_b, || {
+        self.observe(SysOp::Exchange { a: path_a, b: path_b }, Step::Exchange, path_b, || {
             rustix::fs::renameat_with(dir_a, a, dir_b, b, RenameFlags::EXCHANGE).map_err(io::Error::from)
         })
     }
@@ -206,7 +206,7 @@ impl<'p> Sys<'p> {
         to_path: &str,
         replace: bool,
     ) -> Result<()> {
-        let op = Op::Rename { from: from_path, to: to_path, replace };
+        let op = SysOp::Rename { from: from_path, to: to_path, replace };
         self.observe(op, Step::Rename, to_path, || {
             if replace {
                 rustix::fs::renameat(dir_from, from, dir_to, to).map_err(io::Error::from)
@@ -219,14 +219,14 @@ impl<'p> Sys<'p> {
 
     /// `unlinkat` of a file, link or other non-directory.
     pub(crate) fn unlink(&self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<()> {
-        self.observe(Op::Unlink { path }, Step::Remove, path, || {
+        self.observe(SysOp::Unlink { path }, Step::Remove, path, || {
             rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(io::Error::from)
         })
     }
 
     /// `unlinkat(AT_REMOVEDIR)` of an empty directory.
     pub(crate) fn rmdir(&self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<()> {
-        self.observe(Op::Rmdir { path }, Step::Remove, path, || {
+        self.observe(SysOp::Rmdir { path }, Step::Remove, path, || {
             rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR).map_err(io::Error::from)
         })
     }
@@ -264,8 +264,7 @@ pub(crate) fn open_file(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<O
 /// compares, a plugin's reads) never gets a new access time: with
 /// `relatime`, the first read after a change would dirty every inode read,
 /// and the next `syncfs` (or the kernel's write-back) would write them all
-/// out (1000 files read on each side: ~2 ms of a sync's `syncfs` and ~1 ms
-/// of its reads on ext4, BENCHMARKS.md).
+/// out (measured in BENCHMARKS.md).
 pub(crate) fn without_atime<T>(open: impl Fn(OFlags) -> rustix::io::Result<T>) -> rustix::io::Result<T> {
     match open(OFlags::NOATIME) {
         Err(rustix::io::Errno::PERM) => open(OFlags::empty()),
@@ -319,75 +318,6 @@ pub(crate) fn kind_of(ft: rustix::fs::FileType) -> Kind {
     }
 }
 
-/// Whether an unlink on the file system holding `fd` waits for the device:
-/// ext4 mounted with the `discard` option, which issues each freed
-/// extent's discard in line. Unlinks from several threads overlap those
-/// waits there; everywhere else they only contend for the directory's lock
-/// (1000 files on this machine, sequential against 16 threads: ~120 against
-/// ~30 ms on the root ext4 with `discard`, 15 against 15 ms on ext4 without
-/// it, 20 against 44 ms on xfs, 23 against 35 ms on btrfs).
-pub(crate) fn unlinks_wait_for_discards(fd: BorrowedFd<'_>) -> bool {
-    let ext4 = rustix::fs::fstatfs(fd).is_ok_and(|st| st.f_type as u64 == 0xEF53);
-    let Ok(st) = rustix::fs::fstat(fd) else { return false };
-    ext4 && read_mountinfo().is_some_and(|info| {
-        mount_options(&info, rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev))
-            .is_some_and(|opts| opts.split(',').any(|o| o == "discard"))
-    })
-}
-
-/// The most of `/proc/self/mountinfo` read (a node with thousands of
-/// container mounts has a few hundred KiB).
-const MAX_MOUNTINFO_BYTES: u64 = 4 << 20;
-
-fn read_mountinfo() -> Option<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open("/proc/self/mountinfo")
-        .ok()?
-        .take(MAX_MOUNTINFO_BYTES)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
-}
-
-/// The super-block options (`rw,discard,…`) of the file system whose device
-/// is `major:minor`, from the text of `/proc/self/mountinfo` (`ID PARENT
-/// MAJ:MIN ROOT POINT OPTIONS [TAGS…] - TYPE SOURCE SUPER_OPTIONS`).
-fn mount_options(mountinfo: &str, major: u32, minor: u32) -> Option<&str> {
-    let dev = format!("{major}:{minor}");
-    mountinfo.lines().find_map(|line| {
-        let (head, tail) = line.split_once(" - ")?;
-        (head.split(' ').nth(2)? == dev).then(|| tail.split(' ').nth(2))?
-    })
-}
-
-/// The name of the file system holding `fd`, for "unsupported" errors.
-pub(crate) fn fs_name(fd: BorrowedFd<'_>) -> String {
-    let Ok(st) = rustix::fs::fstatfs(fd) else {
-        return "unknown file system".to_owned();
-    };
-    let magic = st.f_type as u64;
-    let name = match magic {
-        0xEF53 => "ext2/3/4",
-        0x5846_5342 => "xfs",
-        0x9123_683E => "btrfs",
-        0x0102_1994 => "tmpfs",
-        0x6969 => "nfs",
-        0x794C_7630 => "overlayfs",
-        0xFF53_4D42 | 0xFE53_4D42 => "cifs/smb",
-        0x6573_5546 => "fuse",
-        0x5346_544E => "ntfs",
-        0x4d44 => "vfat",
-        0x2FC1_2FC1 => "zfs",
-        0x0BD0_0BD0 => "lustre",
-        0x0102_1997 => "9p",
-        0x6165_676C => "pstorefs",
-        0xF2F5_2010 => "f2fs",
-        _ => return format!("file system type {magic:#x}"),
-    };
-    name.to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,17 +338,5 @@ mod tests {
             Err(rustix::io::Errno::NOENT)
         });
         assert_eq!((got, calls.into_inner()), (Err(rustix::io::Errno::NOENT), 1));
-    }
-
-    #[test]
-    fn mount_options_are_the_super_block_options_of_the_device() {
-        let info = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,resv_strict\n\
-                    40 27 7:2 / /mnt/x rw,relatime shared:5 - xfs /dev/loop2 rw,inode64\n\
-                    41 27 0:45 / /mnt/b rw - btrfs /dev/loop3 rw,discard=async,subvol=/";
-        assert_eq!(mount_options(info, 254, 0), Some("rw,discard,resv_strict"));
-        assert_eq!(mount_options(info, 7, 2), Some("rw,inode64"), "optional tags before the separator");
-        assert_eq!(mount_options(info, 0, 45), Some("rw,discard=async,subvol=/"));
-        assert_eq!(mount_options(info, 8, 1), None);
-        assert_eq!(mount_options("garbage without a separator", 254, 0), None);
     }
 }

@@ -3,15 +3,12 @@
 //! completely, so the sync itself never meets a bad name halfway through.
 //!
 //! Reading trees from disk lives in [`super::walk`], comparing one with a
-//! directory in [`super::diff`]; both names stay reachable from here.
+//! directory in [`super::diff`].
 
 use std::collections::BTreeMap;
 
 use super::error::{Error, Result};
 use super::names::split_rel_path;
-
-pub use super::diff::Plan;
-pub use super::walk::read_tree;
 
 /// The mode of directories a tree implies but does not list (`a` for `a/b`).
 pub const IMPLIED_DIR_MODE: u32 = 0o755;

@@ -70,7 +70,7 @@ impl Runner {
         let (tx, rx) = mpsc::channel();
         let name = format!("actions {instance}");
         let span_instance = instance.to_owned();
-        crate::agent::spawn_traced(name, move || {
+        crate::spawn::spawn_traced(name, move || {
             let span = tracing::info_span!("actions", instance = %span_instance);
             let _enter = span.enter();
             Worker {

@@ -7,7 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{Ended, supervise};
+use crate::spawn::child::{Ended, supervise};
 
 /// How much of a command's output (stdout and stderr together) is kept for
 /// the error: its end, where a validator says what is wrong. The rest is
@@ -59,8 +59,8 @@ impl std::fmt::Display for Failure {
 /// Run `argv` to its end or its timeout. `Ok` when it exited with status 0.
 /// Its own exit decides: a process it left running (holding the output
 /// pipe or not) is killed with its group once it exited, after at most
-/// [`OUTPUT_GRACE`](crate::process::OUTPUT_GRACE) more of reading
-/// (`process.rs`).
+/// `OUTPUT_GRACE` more of reading
+/// (`spawn/child.rs`).
 pub fn run(argv: &[String], timeout_ms: u64) -> Result<(), Failure> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     // One pipe for both streams: validators write their complaint to either.

@@ -18,7 +18,7 @@
 //!   100 KiB); of the body at most [`MAX_BODY_READ`] bytes are read and the
 //!   last [`MAX_BODY_TAIL`] kept, control characters escaped, for a message.
 //! - **HTTPS**: to a loopback host the connection is encrypted but the
-//!   certificate is not checked (see [`LoopbackPeer`]); to a remote host it
+//!   certificate is not checked (see `LoopbackPeer`); to a remote host it
 //!   is checked against the web PKI roots.
 //!
 //! Not checked here: the status. The caller decides what it expects (an

@@ -80,7 +80,7 @@ pub struct ProbationRecord {
     pub path: String,
     /// The probe that decides it.
     pub probe: String,
-    /// `sha256:HEX` of the new contents (`probation::digest_at`).
+    /// `sha256:HEX` of the new contents (`digest::tree_digest`).
     pub digest: String,
     /// When the gate opened it (Unix milliseconds).
     pub opened_ms: u64,
@@ -180,11 +180,7 @@ impl Ledger {
     /// The ledger of `instance` in the directory `dir` (created if missing),
     /// with what it already owes.
     pub fn open(dir: &Path, instance: &str) -> Result<Ledger, LedgerError> {
-        let err = |e: std::io::Error| LedgerError::Dir { dir: dir.display().to_string(), source: e };
-        std::fs::create_dir_all(dir).map_err(err)?;
-        use rustix::fs::{Mode, OFlags};
-        let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| err(e.into()))?;
+        let fd = open_or_create_dir(dir)?;
         // A crash in an earlier ledger write may have left its temporary
         // file (never the ledger itself, which is replaced atomically).
         durable::recover(fd.as_fd(), &Options::default())
@@ -431,14 +427,63 @@ fn file_name(instance: &str) -> String {
     if plain {
         format!("{instance}.owed")
     } else {
-        use sha2::Digest;
-        format!("{}.owed", &hex::encode(sha2::Sha256::digest(instance.as_bytes()))[..32])
+        format!("{}.owed", &crate::digest::sha256_hex(instance.as_bytes())[..32])
     }
+}
+
+/// The directory `dir`, opened; what is missing of it is created by the
+/// core beneath its deepest existing ancestor, so each new directory's
+/// entry is durable (fsynced with its parent) before a ledger is written
+/// into it: an owed action recorded there survives a power loss.
+fn open_or_create_dir(dir: &Path) -> Result<OwnedFd, LedgerError> {
+    use rustix::fs::{Mode, OFlags};
+    let err = |e: std::io::Error| LedgerError::Dir { dir: dir.display().to_string(), source: e };
+    let open = |p: &Path| {
+        let p = if p.as_os_str().is_empty() { Path::new(".") } else { p };
+        rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+    };
+    let mut existing = dir;
+    let mut missing = Vec::new();
+    let anchor = loop {
+        match open(existing) {
+            Ok(fd) => break fd,
+            Err(rustix::io::Errno::NOENT) => match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    missing.push(name);
+                    existing = parent;
+                }
+                _ => return Err(err(rustix::io::Errno::NOENT.into())),
+            },
+            Err(e) => return Err(err(e.into())),
+        }
+    };
+    if missing.is_empty() {
+        return Ok(anchor);
+    }
+    let rel = missing.iter().rev().map(|n| n.to_str()).collect::<Option<Vec<_>>>().ok_or_else(|| {
+        err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the directory's name is not UTF-8"))
+    })?;
+    durable::create_dirs_beneath(anchor.as_fd(), &rel.join("/"), &Options::default())
+        .map_err(|e| LedgerError::Io { file: dir.display().to_string(), source: e })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ledger_directory_that_is_missing_is_created_with_its_parents_and_a_file_in_its_way_is_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("state/actions");
+        let l = Ledger::open(&dir, "app").unwrap();
+        assert!(l.is_empty());
+        assert!(dir.is_dir());
+        // Opened again: the directory is there, nothing is created.
+        Ledger::open(&dir, "app").unwrap();
+        std::fs::write(tmp.path().join("file"), "x").unwrap();
+        let err = Ledger::open(&tmp.path().join("file/actions"), "app").unwrap_err();
+        assert!(err.to_string().contains("file/actions"), "{err}");
+    }
 
     #[test]
     fn a_failed_owe_leaves_nothing_owed_in_memory_so_its_retry_writes_again() {
@@ -492,8 +537,7 @@ mod tests {
     }
 
     fn file_name_digest(s: &str) -> String {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(s.as_bytes()))[..32].to_owned()
+        crate::digest::sha256_hex(s.as_bytes())[..32].to_owned()
     }
 
     fn probation(path: &str, digest: &str) -> ProbationRecord {

@@ -18,7 +18,7 @@
 pub mod actions;
 pub mod command;
 pub mod config;
-mod gate;
+mod hook_gate;
 pub mod http;
 pub mod ledger;
 pub mod pattern;
@@ -36,7 +36,7 @@ use crate::durable::Gate;
 
 /// What one manifest declares.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Hooks {
+pub struct HookSpec {
     /// `[[validate]]`, in manifest order.
     pub validators: Vec<Validator>,
     /// Guardrails by root name (only roots that set one).
@@ -47,7 +47,7 @@ pub struct Hooks {
     pub probes: Vec<Probe>,
 }
 
-impl Hooks {
+impl HookSpec {
     /// Whether nothing is declared (a run then gets no hooks at all).
     pub fn is_empty(&self) -> bool {
         self.validators.is_empty()
@@ -111,7 +111,7 @@ impl Hooks {
 /// `dir` (the native CLI's `--validate`).
 pub fn validator_gate<'a>(v: &'a Validator, dir: &std::path::Path, name: &str) -> impl Gate + 'a {
     let root_dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    gate::HookGate {
+    hook_gate::HookGate {
         root: String::new(),
         root_dir,
         path: name.to_owned(),
@@ -214,7 +214,7 @@ fn count_files(dir: &std::path::Path) -> Result<u64, crate::durable::Error> {
 /// `{staged}` and `{target}` are made of).
 #[derive(Debug)]
 pub struct RunHooks {
-    hooks: Arc<Hooks>,
+    hooks: Arc<HookSpec>,
     roots: BTreeMap<String, PathBuf>,
     /// Where owed actions are recorded (the agent's); without one, actions
     /// are not run (`durasync run` is one-shot and has no runner).
@@ -228,15 +228,9 @@ pub struct RunHooks {
 impl RunHooks {
     /// The hooks of a run whose roots are the directories `roots` (made
     /// absolute here, so a validator's working directory does not matter).
-    pub fn new(hooks: Arc<Hooks>, roots: BTreeMap<String, PathBuf>) -> RunHooks {
+    pub fn new(hooks: Arc<HookSpec>, roots: BTreeMap<String, PathBuf>) -> RunHooks {
         let roots = roots.into_iter().map(|(n, p)| (n, std::path::absolute(&p).unwrap_or(p))).collect();
         RunHooks { hooks, roots, ledger: None, committed: Default::default(), state: RunState::default() }
-    }
-
-    /// The hooks of one run of `manifest`.
-    pub fn of(manifest: &crate::runtime::Manifest) -> RunHooks {
-        let roots = manifest.roots.iter().map(|(n, r)| (n.clone(), r.path.clone())).collect();
-        RunHooks::new(Arc::new(manifest.hooks.clone()), roots)
     }
 
     /// The same, recording owed actions in `ledger`.
@@ -300,7 +294,7 @@ impl crate::services::Hooks for RunHooks {
         }
         let root_dir = self.roots.get(root)?.clone();
         let path = path.to_owned();
-        Some(Box::new(gate::HookGate {
+        Some(Box::new(hook_gate::HookGate {
             root: root.to_owned(),
             root_dir,
             path,
@@ -404,7 +398,7 @@ mod tests {
             run: ActionRun::Command(vec!["true".into()]),
             timeout_ms: 1000,
         };
-        let hooks = Hooks { actions: vec![action], ..Hooks::default() };
+        let hooks = HookSpec { actions: vec![action], ..HookSpec::default() };
         RunHooks::new(Arc::new(hooks), BTreeMap::from([("conf".into(), PathBuf::from("/nonexistent"))]))
             .with_ledger(ledger)
     }

@@ -34,57 +34,16 @@
 //!   that lock and goes ahead only if no run renewed or closed it.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use sha2::Digest as _;
 
 use super::actions::{Batch, Runner};
 use super::config::{Action, Probe, ProbeCheck};
 use super::ledger::{FailedRecord, Ledger, ProbationRecord};
 use super::{command, http, pattern};
 use crate::durable::{self, Options};
-
-/// `sha256:HEX` of the contents at `name` in `parent` (a directory tree or
-/// one regular file): every path, kind, mode and byte, in walk order,
-/// durasync's own entries left out. A staged tree and the same tree after
-/// its swap give the same digest. `shown` names it in errors.
-pub fn digest_at(parent: BorrowedFd<'_>, name: &str, shown: &str) -> Result<String, durable::Error> {
-    let mut hash = sha2::Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    durable::walk::for_each_entry(parent, name, shown, &mut |path, mode, file| {
-        // Each entry is framed (kind, path length, path, mode): no two
-        // different trees hash the same sequence of bytes.
-        hash.update(if file.is_some() { b"f" } else { b"d" });
-        hash.update((path.len() as u64).to_le_bytes());
-        hash.update(path.as_bytes());
-        hash.update(mode.to_le_bytes());
-        if let Some(fd) = file {
-            let mut len = 0u64;
-            let mut body = sha2::Sha256::new();
-            loop {
-                match rustix::io::read(fd, &mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        body.update(&buf[..n]);
-                        len += n as u64;
-                    }
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(e) => {
-                        let p = if path.is_empty() { shown.to_owned() } else { format!("{shown}/{path}") };
-                        return Err(durable::Error::io(durable::Step::Read, p, e));
-                    }
-                }
-            }
-            hash.update(len.to_le_bytes());
-            hash.update(body.finalize());
-        }
-        Ok(())
-    })?;
-    Ok(format!("sha256:{}", hex::encode(hash.finalize())))
-}
 
 /// The probe of the synced path `path` of `root`: the first, in manifest
 /// order, whose pattern may cover it or something below it.
@@ -219,7 +178,7 @@ impl Prober {
             next: BTreeMap::new(),
             reverted: BTreeMap::new(),
         };
-        crate::agent::spawn_traced(format!("probes {instance}"), move || {
+        crate::spawn::spawn_traced(format!("probes {instance}"), move || {
             let span = tracing::info_span!("probes", instance = %span_instance);
             let _enter = span.enter();
             worker.run(rx)
@@ -424,7 +383,11 @@ impl Worker {
             Err(e) => return retry(self, rec, e.to_string()),
         };
         // What failed is what is live now.
-        let digest = match digest_at(parent.as_fd(), &name, &root_dir.join(&rec.path).display().to_string()) {
+        let digest = match crate::digest::tree_digest(
+            parent.as_fd(),
+            &name,
+            &root_dir.join(&rec.path).display().to_string(),
+        ) {
             Ok(d) => d,
             Err(durable::Error::NotFound { .. }) => {
                 // A target created by a change that never went live.
@@ -505,7 +468,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
-    use crate::hooks::{Hooks, RunHooks};
+    use crate::hooks::{HookSpec, RunHooks};
     use crate::services::Hooks as _;
 
     fn dir_fd(p: &Path) -> OwnedFd {
@@ -514,7 +477,7 @@ mod tests {
     }
 
     fn digest(parent: &Path, name: &str) -> String {
-        digest_at(dir_fd(parent).as_fd(), name, name).unwrap()
+        crate::digest::tree_digest(dir_fd(parent).as_fd(), name, name).unwrap()
     }
 
     #[test]
@@ -546,7 +509,7 @@ mod tests {
         assert_ne!(digest(tmp.path(), "a"), first);
         // One regular file is contents too; nothing there is an error.
         assert!(digest(&a, "x").starts_with("sha256:"));
-        let err = digest_at(dir_fd(tmp.path()).as_fd(), "missing", "missing").unwrap_err();
+        let err = crate::digest::tree_digest(dir_fd(tmp.path()).as_fd(), "missing", "missing").unwrap_err();
         assert!(matches!(err, durable::Error::NotFound { .. }), "{err}");
     }
 
@@ -581,7 +544,7 @@ mod tests {
         let root = tmp.path().join("conf");
         std::fs::create_dir(&root).unwrap();
         let ledger = Arc::new(Ledger::open(&tmp.path().join("state"), "inst").unwrap());
-        let hooks = Arc::new(Hooks { probes: vec![probe()], ..Hooks::default() });
+        let hooks = Arc::new(HookSpec { probes: vec![probe()], ..HookSpec::default() });
         let run = || {
             RunHooks::new(hooks.clone(), BTreeMap::from([("conf".into(), root.clone())]))
                 .with_ledger(ledger.clone())

@@ -32,7 +32,7 @@ pub struct Plugin {
 }
 
 /// What a call left behind: the session and the guest's stdio.
-struct Leftovers {
+struct AfterCall {
     session: Session,
     stdout: Capture,
     stderr: Capture,
@@ -80,7 +80,7 @@ impl Plugin {
                 };
             }
         };
-        let Leftovers { mut session, stderr, .. } = left;
+        let AfterCall { mut session, stderr, .. } = left;
         let operations = session.take_operations();
         let log = session.log_budget();
         if log.dropped > 0 {
@@ -122,7 +122,7 @@ impl Plugin {
         &self,
         session: Session,
         f: impl FnOnce(&mut Store<State>, &bindings::Plugin) -> wasmtime::Result<R>,
-    ) -> (wasmtime::Result<R>, Leftovers) {
+    ) -> (wasmtime::Result<R>, AfterCall) {
         let limits = *session.limits();
         let (stdout, stderr) = (Capture::new(), Capture::new());
         let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
@@ -167,14 +167,14 @@ impl Plugin {
             }
             .into()),
         };
-        (classified, Leftovers { session: state.session, stdout, stderr })
+        (classified, AfterCall { session: state.session, stdout, stderr })
     }
 }
 
 /// The error for a failed call, or the operations of a plugin that called
 /// `wasi:cli/exit` with status 0 (not a failure).
-fn trap_error(e: wasmtime::Error, left: Leftovers) -> Result<Vec<Operation>, Error> {
-    let Leftovers { mut session, stdout, stderr } = left;
+fn trap_error(e: wasmtime::Error, left: AfterCall) -> Result<Vec<Operation>, Error> {
+    let AfterCall { mut session, stdout, stderr } = left;
     let stderr = stderr.text();
     let out = stdout.text();
     if !out.is_empty() {

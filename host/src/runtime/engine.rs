@@ -6,6 +6,7 @@ use wasmtime::{Config, Engine};
 
 use std::sync::OnceLock;
 
+use super::bindings;
 use super::cache::{self, CacheConfig, CacheStatus};
 use super::call::Plugin;
 use super::distribution::{self, Registry};
@@ -13,10 +14,9 @@ use super::errors::Error;
 use super::manifest::{Component as Source, Manifest};
 use super::pins::{FileState, Pins};
 use super::policy::{self, Interface};
-use super::request::sha256_hex;
-use super::state::State;
+use super::state::{self, State};
 use super::trust;
-use super::{bindings, wasi};
+use crate::digest::sha256_hex;
 
 /// The engine, the linker and the cache. Build one per process.
 pub struct Runtime {
@@ -72,7 +72,7 @@ impl Runtime {
         config.consume_fuel(true).epoch_interruption(true).wasm_component_model(true);
         let engine = Engine::new(&config).map_err(|e| Error::engine("creating the wasm engine", e))?;
         let mut linker = Linker::new(&engine);
-        wasi::add_allowed_imports(&mut linker).map_err(|e| Error::engine("linking host functions", e))?;
+        state::add_allowed_imports(&mut linker).map_err(|e| Error::engine("linking host functions", e))?;
         let cache = cache::Cache::new(cache);
         let registry_settings =
             distribution::Settings { cache_dir: cache.dir().map(Into::into), ..Default::default() };

@@ -47,7 +47,7 @@ use super::distribution::Reference;
 use super::distribution::reference::SCHEME;
 use super::errors::Error;
 use super::trust::{self, PublicKey};
-use crate::hooks::{Hooks, config};
+use crate::hooks::{HookSpec, config};
 pub use crate::services::Access;
 use crate::services::PluginLimits;
 
@@ -88,7 +88,7 @@ pub struct Manifest {
     /// --flush`, else `auto`).
     pub flush: Option<crate::durable::Flush>,
     /// Validators and guardrails (`[[validate]]`, `roots.NAME.min_files`, …).
-    pub hooks: Hooks,
+    pub hooks: HookSpec,
 }
 
 /// Where a component comes from.
@@ -166,6 +166,22 @@ const LIMIT_KEYS: &[&str] = &[
 ];
 
 impl Manifest {
+    /// The validators, guardrails and actions of one run of this manifest,
+    /// over its roots.
+    pub fn run_hooks(&self) -> crate::hooks::RunHooks {
+        let roots = self.roots.iter().map(|(n, r)| (n.clone(), r.path.clone())).collect();
+        crate::hooks::RunHooks::new(std::sync::Arc::new(self.hooks.clone()), roots)
+    }
+
+    /// The one precedence rule for `flush`: a command line's `--flush`
+    /// (`durasync run`, `durasync agent`) wins over the manifest's own
+    /// `flush`, which wins over `auto`.
+    pub fn override_flush(&mut self, command_line: Option<crate::durable::Flush>) {
+        if let Some(flush) = command_line {
+            self.flush = Some(flush);
+        }
+    }
+
     /// Read and validate the manifest at `path`.
     pub fn load(path: &Path) -> Result<Manifest, Error> {
         let text = std::fs::read_to_string(path)
@@ -324,7 +340,7 @@ impl Manifest {
         let actions =
             config::parse_actions(table.get("action"), &root_names, &base).map_err(|(k, w)| bad(&k, w))?;
         let probes = config::parse_probes(table.get("probe"), &root_names).map_err(|(k, w)| bad(&k, w))?;
-        let hooks = Hooks { validators, guards: config::guards(guards), actions, probes };
+        let hooks = HookSpec { validators, guards: config::guards(guards), actions, probes };
 
         Ok(Manifest {
             hooks,

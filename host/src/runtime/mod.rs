@@ -45,8 +45,6 @@ mod pins;
 pub mod policy;
 mod request;
 mod state;
-#[cfg(test)]
-mod test_component;
 pub mod trust;
 mod wasi;
 
@@ -58,4 +56,4 @@ pub use engine::{Compiled, Fetched, Runtime};
 pub use errors::{Error, ErrorKind, TrapReason};
 pub use manifest::{Component, Manifest};
 pub use policy::Interface;
-pub use request::{Info, RunOutcome, RunRequest, sha256_hex};
+pub use request::{Info, RunOutcome, RunRequest};

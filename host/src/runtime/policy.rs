@@ -78,8 +78,65 @@ pub const REMOVAL_HINTS: &[(&str, &str)] = &[(
 /// The exports every plugin must have.
 pub const REQUIRED_EXPORTS: &[&str] = &["describe", "run"];
 
-/// The WIT package this host implements.
-pub const HOST_WIT_PACKAGE: &str = crate::services::WIT_PACKAGE;
+/// The contract this host implements, as declared by `wit/durasync.wit`
+/// (`durasync:plugin@0.1.0`): read from the WIT file at build time, so the
+/// version lives in one place.
+pub const HOST_WIT_PACKAGE: &str = wit_package(include_str!("../../../wit/durasync.wit"));
+
+/// The version part of [`HOST_WIT_PACKAGE`] (`0.1.0`).
+pub const HOST_WIT_VERSION: &str = after_at(HOST_WIT_PACKAGE);
+
+/// The `package NAME@VERSION;` declaration of a WIT document.
+const fn wit_package(wit: &str) -> &str {
+    const KEY: &[u8] = b"package ";
+    let bytes = wit.as_bytes();
+    let mut i = 0;
+    while i + KEY.len() <= bytes.len() {
+        // A declaration starts a line.
+        if (i == 0 || bytes[i - 1] == b'\n') && starts_with(bytes, i, KEY) {
+            let start = i + KEY.len();
+            let mut end = start;
+            while end < bytes.len() && bytes[end] != b';' {
+                end += 1;
+            }
+            let (_, rest) = bytes.split_at(start);
+            let (decl, _) = rest.split_at(end - start);
+            return match std::str::from_utf8(decl) {
+                Ok(s) => s,
+                Err(_) => panic!("the WIT package declaration is not UTF-8"),
+            };
+        }
+        i += 1;
+    }
+    panic!("wit/durasync.wit has no package declaration")
+}
+
+const fn starts_with(bytes: &[u8], at: usize, key: &[u8]) -> bool {
+    let mut j = 0;
+    while j < key.len() {
+        if bytes[at + j] != key[j] {
+            return false;
+        }
+        j += 1;
+    }
+    true
+}
+
+const fn after_at(package: &str) -> &str {
+    let bytes = package.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'@' {
+            let (_, rest) = bytes.split_at(i + 1);
+            return match std::str::from_utf8(rest) {
+                Ok(s) => s,
+                Err(_) => panic!("not UTF-8"),
+            };
+        }
+        i += 1;
+    }
+    panic!("the WIT package has no version")
+}
 
 /// At most this many top-level imports plus exports are read from a
 /// component: the plugin chooses the count, and the host's memory for
@@ -230,8 +287,15 @@ pub fn is_provided(import: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use durasync_test_support::component::component_importing;
+
     use super::*;
-    use crate::runtime::test_component::component_importing;
+
+    #[test]
+    fn the_wit_package_comes_from_the_wit_file() {
+        assert!(HOST_WIT_PACKAGE.starts_with("durasync:plugin@0.1."), "{HOST_WIT_PACKAGE}");
+        assert_eq!(format!("durasync:plugin@{HOST_WIT_VERSION}"), HOST_WIT_PACKAGE);
+    }
 
     fn iface(imports: &[&str], exports: &[&str]) -> Interface {
         Interface {

@@ -4,12 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
 use super::errors::Error;
 use super::manifest::Manifest;
 use crate::durable::Flush;
-use crate::hooks::RunHooks;
 use crate::services::{Grant, Hooks, LogRate, Operation, PluginLimits};
 
 /// What a plugin says about itself (`describe`): the contract's plain type.
@@ -26,29 +23,30 @@ pub struct RunOutcome {
     pub operations: Vec<Operation>,
 }
 
-/// Everything one `run` call needs besides the plugin.
+/// Everything one `run` call needs besides the plugin. Built from a
+/// manifest, then refined with `with_*`, as a [`crate::services::Session`] is.
 #[derive(Debug)]
 pub struct RunRequest {
     /// The plugin's name (log field, messages).
-    pub name: String,
+    pub(crate) name: String,
     /// The granted roots, opened.
     roots: BTreeMap<String, Grant>,
     /// The limits.
-    pub limits: PluginLimits,
+    pub(crate) limits: PluginLimits,
     /// The `[config]` table as JSON.
-    pub config_json: String,
+    pub(crate) config_json: String,
     /// The input bytes.
-    pub input: Vec<u8>,
+    pub(crate) input: Vec<u8>,
     /// Plan, do not change anything.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// The instance's log rate limit, shared by its runs (the agent's).
-    pub log_rate: Option<Arc<LogRate>>,
+    pub(crate) log_rate: Option<Arc<LogRate>>,
     /// How the run's syncs make staged trees durable (the manifest's
     /// `flush`, else `auto`).
-    pub flush: Flush,
+    pub(crate) flush: Flush,
     /// The operator's validators and guardrails (none when the manifest
     /// declares none).
-    pub hooks: Option<Arc<dyn Hooks>>,
+    pub(crate) hooks: Option<Arc<dyn Hooks>>,
 }
 
 impl RunRequest {
@@ -56,6 +54,18 @@ impl RunRequest {
     /// directory is opened now (following links in the operator's own
     /// path); a missing one is a manifest error naming the root.
     pub fn from_manifest(manifest: &Manifest, input: Vec<u8>, dry_run: bool) -> Result<Self, Error> {
+        RunRequest::with_hooks(manifest, input, dry_run, run_hooks(manifest))
+    }
+
+    /// The same with the run's hooks built by the caller (the agent's
+    /// record owed actions and probations in its ledger); `None` only when
+    /// the manifest declares no hooks.
+    pub fn with_hooks(
+        manifest: &Manifest,
+        input: Vec<u8>,
+        dry_run: bool,
+        hooks: Option<Arc<dyn Hooks>>,
+    ) -> Result<Self, Error> {
         let mut roots = BTreeMap::new();
         for (name, root) in &manifest.roots {
             let grant =
@@ -75,8 +85,15 @@ impl RunRequest {
             dry_run,
             log_rate: None,
             flush: manifest.flush.unwrap_or_default(),
-            hooks: run_hooks(manifest),
+            hooks,
         })
+    }
+
+    /// The same, under the instance's log rate limit (shared by its runs).
+    #[must_use]
+    pub fn with_log_rate(mut self, log_rate: Option<Arc<LogRate>>) -> Self {
+        self.log_rate = log_rate;
+        self
     }
 
     /// The grants, for one run's session (the fds are shared, not reopened).
@@ -90,10 +107,5 @@ fn run_hooks(manifest: &Manifest) -> Option<Arc<dyn Hooks>> {
     if manifest.hooks.is_empty() {
         return None;
     }
-    Some(Arc::new(RunHooks::of(manifest)))
-}
-
-/// The sha256 of some bytes, lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    Some(Arc::new(manifest.run_hooks()))
 }

@@ -1,10 +1,12 @@
 //! What a `Store` holds for one call, and the borrowed view the generated
 //! `Host` traits are implemented on.
 
-use wasmtime::component::{HasData, ResourceTable};
+use wasmtime::component::{HasData, Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::bindings;
 use super::limiter::MemoryLimiter;
+use super::wasi::{CallClock, ClockView, add_to_linker};
 use crate::services::Session;
 
 /// Everything a `Store` holds for one call.
@@ -14,7 +16,7 @@ pub(crate) struct State {
     pub limiter: MemoryLimiter,
     pub session: Session,
     /// The call's monotonic clock (sleeps end at the deadline).
-    pub clock: super::wasi::CallClock,
+    pub clock: CallClock,
     /// The epoch deadline fired.
     pub timed_out: bool,
 }
@@ -44,4 +46,11 @@ impl State {
     pub fn host(&mut self) -> HostView<'_> {
         HostView { table: &mut self.table, session: &mut self.session }
     }
+}
+
+/// The contract and every WASI interface of [`super::policy::PROVIDED_WASI`],
+/// over the empty context of [`super::wasi::empty_ctx`].
+pub(crate) fn add_allowed_imports(l: &mut Linker<State>) -> wasmtime::Result<()> {
+    bindings::Plugin::add_to_linker::<State, HasHost>(l, State::host)?;
+    add_to_linker(l, |s| ClockView { table: &mut s.table, clock: &s.clock })
 }

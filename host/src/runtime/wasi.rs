@@ -27,9 +27,6 @@ use wasmtime_wasi::random::{WasiRandom, WasiRandomView};
 use wasmtime_wasi::sockets::{WasiSockets, WasiSocketsView};
 use wasmtime_wasi::{WasiCtx, WasiView};
 
-use super::bindings;
-use super::state::{HasHost, State};
-
 /// The WASI context of one call: stdout and stderr go to `stdout` and
 /// `stderr`; nothing else is granted. The builder's defaults already hold
 /// no preopens, no environment, no arguments and an empty stdin; the
@@ -194,13 +191,6 @@ pub(crate) fn add_to_linker<T: WasiView + 'static>(
     wasi::cli::terminal_stdout::add_to_linker::<T, WasiCli>(l, T::cli)?;
     wasi::cli::terminal_stderr::add_to_linker::<T, WasiCli>(l, T::cli)?;
     Ok(())
-}
-
-/// The contract and every WASI interface of [`super::policy::PROVIDED_WASI`],
-/// over the empty context of [`empty_ctx`].
-pub(crate) fn add_allowed_imports(l: &mut Linker<State>) -> wasmtime::Result<()> {
-    bindings::Plugin::add_to_linker::<State, HasHost>(l, State::host)?;
-    add_to_linker(l, |s| ClockView { table: &mut s.table, clock: &s.clock })
 }
 
 #[cfg(test)]

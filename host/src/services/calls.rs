@@ -6,12 +6,12 @@
 use std::os::fd::AsFd;
 
 use super::checks::{check_depth, check_mode, refuse_link, subtree_deeper_than};
-use super::error::{Error, Result, core};
+use super::error::{Error, Result};
 use super::grant::{Dir, components, join};
-use super::limits::MAX_DEPTH;
 use super::operation::{Done, Ended, Op};
 use super::plan;
 use super::session::Session;
+use crate::durable::names::MAX_DEPTH;
 use crate::durable::{self, Entry, Outcome, Report, Tree};
 use durasync_contract::File;
 
@@ -27,7 +27,7 @@ impl Session {
                 self.plugin
             )));
         };
-        let fd = durable::open_beneath(root.fd.as_fd(), "").map_err(core)?;
+        let fd = durable::open_beneath(root.fd.as_fd(), "").map_err(Error::from)?;
         let dir = Dir {
             root: name.to_owned(),
             rel: String::new(),
@@ -43,7 +43,7 @@ impl Session {
     /// `open-dir`: a handle for an existing directory beneath `dir`.
     pub fn open_dir(&mut self, dir: &Dir, path: &str) -> Result<Dir> {
         self.admit(Some(dir))?;
-        let fd = durable::open_beneath(dir.fd.as_fd(), path).map_err(core)?;
+        let fd = durable::open_beneath(dir.fd.as_fd(), path).map_err(Error::from)?;
         let depth = dir.depth + components(path);
         check_depth(dir, path, depth)?;
         let sub = Dir {
@@ -91,9 +91,9 @@ impl Session {
             }
             durable::Error::Cancelled { .. } => {
                 self.past_deadline();
-                core(e)
+                Error::from(e)
             }
-            e => core(e),
+            e => Error::from(e),
         }
     }
 
@@ -104,25 +104,25 @@ impl Session {
 
     fn sync_inner(&mut self, dir: &Dir, path: &str, files: Vec<File>) -> Result<(Done, Report)> {
         dir.writable()?;
-        let (parent, name) = durable::split_last(path).map_err(core)?;
+        let (parent, name) = durable::split_last(path).map_err(Error::from)?;
         let opts = self.core_options();
         // Bounded as it grows: what the host builds from one call.
         let mut tree = Tree::with_limits(opts.limits);
         let mut deepest = 0;
         for f in files {
             let (file, mode) = (f.name, f.mode);
-            tree.add_file(&file, f.contents, mode).map_err(core)?;
+            tree.add_file(&file, f.contents, mode).map_err(Error::from)?;
             check_mode(dir, &join(path, &file), mode)?;
             deepest = deepest.max(components(&file));
         }
         check_depth(dir, path, dir.depth + components(path) + deepest)?;
-        tree.check_limits(&opts.limits).map_err(core)?;
+        tree.check_limits(&opts.limits).map_err(Error::from)?;
         self.check_budget(tree.file_count() as u64, tree.total_bytes())?;
         let (report, changes) = if self.dry_run {
-            let (report, changes) = plan::sync(dir, parent, name, &tree)?;
+            let (report, changes) = plan::sync(dir, parent, name, &tree, &opts)?;
             (report, Some(changes))
         } else {
-            let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(core)?;
+            let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(Error::from)?;
             refuse_link(pfd.as_fd(), name, path)?;
             let report = self.gated(dir, path, opts, |o| durable::sync_dir(pfd.as_fd(), name, &tree, o))?;
             (report, None)
@@ -166,7 +166,7 @@ impl Session {
                 if let durable::Error::Refused { by, .. } = &e {
                     self.reject(by, &format!("{}:{full}: {e}", dir.root));
                 }
-                Err(core(e))
+                Err(Error::from(e))
             }
         }
     }
@@ -178,7 +178,7 @@ impl Session {
 
     fn write_inner(&mut self, dir: &Dir, path: &str, contents: &[u8], mode: u32) -> Result<(Done, Report)> {
         dir.writable()?;
-        let (parent, name) = durable::split_last(path).map_err(core)?;
+        let (parent, name) = durable::split_last(path).map_err(Error::from)?;
         check_mode(dir, path, mode)?;
         check_depth(dir, path, dir.depth + components(path))?;
         self.check_budget(1, contents.len() as u64)?;
@@ -187,7 +187,7 @@ impl Session {
             (report, Some(changes))
         } else {
             let opts = self.core_options();
-            let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(core)?;
+            let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(Error::from)?;
             refuse_link(pfd.as_fd(), name, path)?;
             let write =
                 |o: &durable::Options<'_>| durable::write_file(pfd.as_fd(), name, contents, Some(mode), o);
@@ -207,7 +207,7 @@ impl Session {
 
     fn remove_inner(&mut self, dir: &Dir, path: &str) -> Result<(Done, bool)> {
         dir.writable()?;
-        let (parent, name) = durable::split_last(path).map_err(core)?;
+        let (parent, name) = durable::split_last(path).map_err(Error::from)?;
         let Some(pfd) = plan::parent_if_exists(dir.fd.as_fd(), parent)? else {
             return Ok((Done::just(Ended::Unchanged), false));
         };
@@ -226,7 +226,7 @@ impl Session {
             self.reject(&r.by, &msg);
             return Err(Error::NotGranted(msg));
         }
-        match durable::remove(pfd.as_fd(), name, &self.core_options()).map_err(core)? {
+        match durable::remove(pfd.as_fd(), name, &self.core_options()).map_err(Error::from)? {
             Some(report) => {
                 if let Some(h) = &self.hooks {
                     h.committed(&dir.root, &join(&dir.rel, path));
@@ -245,8 +245,8 @@ impl Session {
 
     fn exchange_inner(&mut self, dir: &Dir, a: &str, b: &str) -> Result<(Done, ())> {
         dir.writable()?;
-        let (pa, na) = durable::split_last(a).map_err(core)?;
-        let (pb, nb) = durable::split_last(b).map_err(core)?;
+        let (pa, na) = durable::split_last(a).map_err(Error::from)?;
+        let (pb, nb) = durable::split_last(b).map_err(Error::from)?;
         // Both are resolved beneath the same handle without links, so one
         // is inside the other exactly when its components start with the
         // other's: the kernel would refuse that with EINVAL, which reads
@@ -260,8 +260,8 @@ impl Session {
                 )));
             }
         }
-        let fa = durable::open_beneath(dir.fd.as_fd(), pa).map_err(core)?;
-        let fb = durable::open_beneath(dir.fd.as_fd(), pb).map_err(core)?;
+        let fa = durable::open_beneath(dir.fd.as_fd(), pa).map_err(Error::from)?;
+        let fb = durable::open_beneath(dir.fd.as_fd(), pb).map_err(Error::from)?;
         // Each side lands at the other's depth: what moves deeper must
         // still fit under the depth limit.
         let (da, db) = (dir.depth + components(a), dir.depth + components(b));
@@ -295,7 +295,7 @@ impl Session {
                 return Err(Error::NotGranted(msg));
             }
         }
-        durable::exchange(fa.as_fd(), na, fb.as_fd(), nb, &self.core_options()).map_err(core)?;
+        durable::exchange(fa.as_fd(), na, fb.as_fd(), nb, &self.core_options()).map_err(Error::from)?;
         Ok((Done::just(Ended::Exchanged), ()))
     }
 
@@ -310,11 +310,11 @@ impl Session {
         let (parent, name) = if path.is_empty() || path == "." {
             ("", None)
         } else {
-            durable::split_last(path).map(|(p, n)| (p, Some(n))).map_err(core)?
+            durable::split_last(path).map(|(p, n)| (p, Some(n))).map_err(Error::from)?
         };
-        let pfd = durable::open_beneath(dir.fd.as_fd(), parent).map_err(core)?;
+        let pfd = durable::open_beneath(dir.fd.as_fd(), parent).map_err(Error::from)?;
         if !self.dry_run {
-            durable::fsync(pfd.as_fd(), name, &self.core_options()).map_err(core)?;
+            durable::fsync(pfd.as_fd(), name, &self.core_options()).map_err(Error::from)?;
         } else if let Some(name) = name {
             plan::must_exist(pfd.as_fd(), name, path)?;
         }

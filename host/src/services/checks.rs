@@ -3,9 +3,9 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::error::{Error, Result, core};
+use super::error::{Error, Result};
 use super::grant::Dir;
-use super::limits::MAX_DEPTH;
+use crate::durable::names::MAX_DEPTH;
 use crate::durable::{self, Cancel, EntryKind, ReadLimits};
 
 /// The setuid, setgid and sticky bits.
@@ -16,7 +16,7 @@ pub const SPECIAL_BITS: u32 = 0o7000;
 /// plugin must not plant a setuid file for whoever runs the host.
 pub(crate) fn check_mode(dir: &Dir, path: &str, mode: u32) -> Result<()> {
     if mode & !durable::tree::MODE_MASK != 0 {
-        return Err(core(durable::Error::InvalidMode { path: path.to_owned(), mode }));
+        return Err(Error::from(durable::Error::InvalidMode { path: path.to_owned(), mode }));
     }
     let special = mode & SPECIAL_BITS;
     if special != 0 && !dir.special_modes {
@@ -62,7 +62,7 @@ pub(crate) fn check_depth(dir: &Dir, path: &str, depth: usize) -> Result<()> {
 pub(crate) fn refuse_link(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<()> {
     match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode as _) == rustix::fs::FileType::Symlink => {
-            Err(core(durable::Error::Symlink { path: path.to_owned() }))
+            Err(Error::from(durable::Error::Symlink { path: path.to_owned() }))
         }
         _ => Ok(()),
     }
@@ -86,7 +86,7 @@ pub(crate) fn subtree_deeper_than(
             Err(durable::Error::NotADirectory { .. } | durable::Error::NotFound { .. }) => continue,
             // Deeper than a path the core accepts: certainly too deep.
             Err(durable::Error::InvalidPath { .. }) => return Ok(true),
-            Err(e) => return Err(core(e)),
+            Err(e) => return Err(Error::from(e)),
         };
         for e in entries {
             if depth + 1 > levels {

@@ -42,11 +42,6 @@ pub fn from_core(e: &durable::Error) -> Error {
     }
 }
 
-/// [`from_core`] by value, for `map_err`.
-pub(crate) fn core(e: durable::Error) -> Error {
-    from_core(&e)
-}
-
 /// The result of a plugin's call.
 pub use durasync_contract::Result;
 

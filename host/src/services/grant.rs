@@ -44,11 +44,6 @@ impl Grant {
         Ok(Grant { fd: Arc::new(fd), access, special_modes })
     }
 
-    /// Grant an already open directory.
-    pub fn from_fd(fd: OwnedFd, access: Access, special_modes: bool) -> Grant {
-        Grant { fd: Arc::new(fd), access, special_modes }
-    }
-
     /// The access it grants.
     pub fn access(&self) -> Access {
         self.access

@@ -66,13 +66,6 @@ pub const DEFAULT_READ_BYTES: u64 = 16 << 20;
 /// with a `limit` error as soon as the listing passes this many.
 pub const MAX_LIST_ENTRIES: u64 = 100_000;
 
-/// Most directory levels below a granted root at which a plugin may create
-/// or reach anything (a file at `a/b/c` is 3 levels down), counted from the
-/// root whatever handle the plugin uses: the core's own limit
-/// ([`crate::durable::MAX_DEPTH`], where its value is explained), so a plugin
-/// chaining `open-dir` handles cannot build deeper than a direct call could.
-pub use crate::durable::MAX_DEPTH;
-
 /// Bytes of guest stdout and of guest stderr kept per call: the first half
 /// and the last half of what was written (a panic message comes last).
 /// Writes past it are accepted and discarded, so a full buffer never fails

@@ -5,10 +5,10 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::checks::stat_entry;
-use super::error::{Result, core};
+use super::error::{Error, Result};
 use super::grant::Dir;
-use super::limits::MAX_DEPTH;
 use super::operation::{Changes, Done, Ended};
+use crate::durable::names::MAX_DEPTH;
 use crate::durable::{self, Cancel, EntryKind, Options, Outcome, Plan, ReadLimits, Report, Tree};
 
 /// The parent `rel` beneath `dir`, or `None` when some part is missing.
@@ -16,7 +16,7 @@ pub(crate) fn parent_if_exists(dir: BorrowedFd<'_>, rel: &str) -> Result<Option<
     match durable::open_beneath(dir, rel) {
         Ok(fd) => Ok(Some(fd)),
         Err(durable::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(core(e)),
+        Err(e) => Err(Error::from(e)),
     }
 }
 
@@ -24,14 +24,21 @@ pub(crate) fn parent_if_exists(dir: BorrowedFd<'_>, rel: &str) -> Result<Option<
 pub(crate) fn must_exist(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<()> {
     match stat_entry(dir, name)? {
         Some(_) => Ok(()),
-        None => Err(core(durable::Error::NotFound { path: path.to_owned() })),
+        None => Err(Error::from(durable::Error::NotFound { path: path.to_owned() })),
     }
 }
 
-/// A sync of `tree` to `parent/name` beneath `dir`.
-pub(crate) fn sync(dir: &Dir, parent: &str, name: &str, tree: &Tree) -> Result<(Report, Changes)> {
+/// A sync of `tree` to `parent/name` beneath `dir`, under the session's
+/// core options (`opts`: its deadline reaches the comparison too).
+pub(crate) fn sync(
+    dir: &Dir,
+    parent: &str,
+    name: &str,
+    tree: &Tree,
+    opts: &Options<'_>,
+) -> Result<(Report, Changes)> {
     let plan = match parent_if_exists(dir.fd.as_fd(), parent)? {
-        Some(pfd) => durable::plan_sync(pfd.as_fd(), name, tree, &Options::default()).map_err(core)?,
+        Some(pfd) => durable::plan_sync(pfd.as_fd(), name, tree, opts).map_err(Error::from)?,
         // Parents missing: everything would be created.
         None => Plan::creating(tree),
     };
@@ -58,11 +65,12 @@ pub(crate) fn write(
 ) -> Result<(Report, Changes)> {
     let existing = match parent_if_exists(dir.fd.as_fd(), parent)? {
         Some(pfd) => match stat_entry(pfd.as_fd(), name)? {
-            Some((true, _)) => return Err(core(durable::Error::NotAFile { path: path.to_owned() })),
+            Some((true, _)) => return Err(Error::from(durable::Error::NotAFile { path: path.to_owned() })),
             // Compared, not read: only a file of exactly the new size is
             // read, into a buffer of the plugin's own (bounded) size.
             Some((false, old_mode)) => {
-                let same = durable::diff::file_holds(pfd.as_fd(), name, path, contents).map_err(core)?;
+                let same =
+                    durable::diff::file_holds(pfd.as_fd(), name, path, contents).map_err(Error::from)?;
                 Some((same, old_mode))
             }
             None => None,
@@ -129,7 +137,7 @@ fn count_files(dir: BorrowedFd<'_>, rel: &str, cancel: &Cancel<'_>) -> Result<u3
         let entries = match durable::list_dir(dir, &rel, &ReadLimits::default(), cancel) {
             Ok(entries) => entries,
             Err(durable::Error::InvalidPath { .. }) => continue,
-            Err(e) => return Err(core(e)),
+            Err(e) => return Err(Error::from(e)),
         };
         for e in entries {
             match e.kind {

@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn depth_counts_from_the_root_whatever_the_handle() {
-        use crate::services::MAX_DEPTH;
+        use crate::durable::names::MAX_DEPTH;
         let tmp = tempfile::tempdir().unwrap();
         let mut s = session(tmp.path(), PluginLimits::default());
         let root = s.open_root("data").unwrap();

@@ -9,7 +9,7 @@
 #
 #   node.sh control-plane   /etc/kubernetes/{static-pod-resources,manifests} exist
 #   node.sh bare            /etc/kubernetes is empty (a worker, or before set-up);
-#                           the unit is installed by the README's commands
+#                           the unit is installed by docs/agent.md's commands
 #                           ($T/install.sh) from a checkout at /src
 #
 # Every check prints `ok: ID` (the driver requires each ID) or `FAIL: …`
@@ -264,16 +264,16 @@ EOF
 bare() {
     mkdir -p $RUN
     [ -z "$(ls -A /etc/kubernetes)" ] || fail "/etc/kubernetes is not empty: $(ls -A /etc/kubernetes)"
-    # The README's commands, from a checkout at /src: the unit starts with
+    # docs/agent.md's commands, from a checkout at /src: the unit starts with
     # no /etc/kubernetes directory at all and no instance.
-    bash $T/install.sh >/results/install.log 2>&1 || fail "the README's install commands: $(cat /results/install.log)"
+    bash $T/install.sh >/results/install.log 2>&1 || fail "docs/agent.md's install commands: $(cat /results/install.log)"
     cmp /src/contrib/systemd/$UNIT.service /etc/systemd/system/$UNIT.service || fail "the installed unit differs"
     is ActiveState active || fail "ActiveState=$(prop ActiveState)"
     [ "$(prop StatusText)" = "0 instances, 0 ready, 0 not ready" ] || fail "StatusText=$(prop StatusText)"
     [ "$(systemctl is-enabled $UNIT)" = enabled ] || fail "not enabled"
     systemctl stop $UNIT
     [ "$(prop Result)" = success ] || fail "Result=$(prop Result)"
-    ok installed-by-readme-starts-without-kubernetes-dirs
+    ok installed-as-documented-starts-without-kubernetes-dirs
 
     # Without the `-` prefixes, the unit cannot start here: the driver's
     # regression check that this node reproduces the failure.

@@ -5,15 +5,14 @@
 //! (the journal or log replays), runs `durasync recover` and judges what it
 //! finds.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use durasync_powerloss::{CutMode, CutPlan, PowerSwitch, Stats, VolatileDisk};
 
 use crate::rig::{Fs, IMAGE_BYTES, Loop, Mounted, check, cmd, copy_image, describe, run};
-use crate::support::durasync;
-use crate::trees::{self, Entry};
+use crate::support::{durasync, sha256_of_file};
+use crate::trees::{self, Contents, Entry};
 
 /// The directory inside each image that holds the target and the lone file
 /// (so ext4's `lost+found` stays out of the listings).
@@ -31,13 +30,13 @@ pub struct Lab {
     dir: PathBuf,
     golden: PathBuf,
     /// Expected target contents for A, B, C.
-    gens: [BTreeMap<String, String>; 3],
+    gens: [Contents; 3],
     /// The lone file's bytes: before and after the `write`.
     file: [Vec<u8>; 2],
     /// The plugin's manifest (the example plugin, granted `srv/` as `out`).
     manifest: PathBuf,
     /// Expected contents of the plugin's envdir, before and after its run.
-    env: [BTreeMap<String, String>; 2],
+    env: [Contents; 2],
     /// The `--flush` the workload's syncs and plugin run are given.
     pub flush: &'static str,
 }
@@ -484,11 +483,11 @@ impl Lab {
 /// What the recovered file system held.
 #[derive(Debug, Default)]
 struct Found {
-    target: Option<BTreeMap<String, String>>,
+    target: Option<Contents>,
     /// The contents of every valid kept previous of the target.
-    previous: Vec<BTreeMap<String, String>>,
+    previous: Vec<Contents>,
     file: Option<Vec<u8>>,
-    env: Option<BTreeMap<String, String>>,
+    env: Option<Contents>,
     problems: Vec<String>,
 }
 
@@ -504,9 +503,8 @@ fn env_input(g: char) -> String {
 /// Write a manifest for the example plugin (built for wasm32-wasip2 by the
 /// test, pinned by its sha256) granting the mounted `srv/` as its root `out`.
 fn plugin_manifest(dir: &Path) -> PathBuf {
-    use sha2::Digest;
     let wasm = crate::support::wasm::build("Cargo.toml", "example");
-    let sha = hex::encode(sha2::Sha256::digest(fs::read(&wasm).unwrap()));
+    let sha = sha256_of_file(&wasm);
     let text = format!(
         "name = \"example\"\nwasm = \"{}\"\nsha256 = \"{sha}\"\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n",
         wasm.display(),
@@ -522,6 +520,6 @@ fn plugin_manifest(dir: &Path) -> PathBuf {
 fn plugin_run(manifest: &Path, input: &Path) -> std::process::Command {
     let mut c = cmd(durasync().to_str().unwrap(), &["run"]);
     c.arg(manifest).arg("--input").arg(input);
-    c.env("XDG_CACHE_HOME", crate::support::wasm::target_dir().join("powerloss-cache"));
+    c.env("XDG_CACHE_HOME", crate::support::shared_cache());
     c
 }

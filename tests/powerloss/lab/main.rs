@@ -12,10 +12,6 @@
 //! numbers; `DURASYNC_POWERLOSS_ROUNDS=N` adds N random rounds per file
 //! system (the soak), `DURASYNC_POWERLOSS_SEED=S` replays a run's choices.
 
-#[path = "../../support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-
 mod disk;
 mod lab;
 mod rig;
@@ -24,7 +20,8 @@ mod trees;
 
 use std::path::Path;
 
-use rig::{Fs, have};
+use durasync_test_support as support;
+use rig::{Fs, program};
 pub use support::cannot_check;
 
 /// The tests of this binary run one at a time: a child forked by one test
@@ -55,7 +52,7 @@ pub fn can_run(fs: Option<Fs>) -> bool {
             missing.push(format!("kernel support for {}", fs.name()));
         }
     }
-    missing.extend(tools.into_iter().filter(|t| !have(t)).map(String::from));
+    missing.extend(tools.into_iter().filter(|t| program(t).is_none()).map(String::from));
     if missing.is_empty() {
         return true;
     }

@@ -247,8 +247,3 @@ pub fn program(name: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
 }
-
-/// Whether the tool `name` is installed.
-pub fn have(name: &str) -> bool {
-    program(name).is_some()
-}

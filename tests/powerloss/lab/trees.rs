@@ -9,10 +9,13 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::support::snapshot::snapshot;
+use crate::support::snapshot::{self, snapshot};
 
 /// One file of a tree: relative path, bytes, permission bits.
 pub type Entry = (String, Vec<u8>, u32);
+
+/// What a directory holds beneath it, by relative path ([`contents`]).
+pub type Contents = BTreeMap<String, snapshot::Entry>;
 
 /// Bytes of a file: a header naming it and its generation, padded to `len`
 /// so some files span many blocks.
@@ -97,16 +100,15 @@ fn set_mode_tree(root: &Path, dir: &Path) {
 
 /// What `dir` holds beneath it (names, kinds, bytes, modes), without the
 /// entry for `dir` itself.
-pub fn contents(dir: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    snapshot(dir, "", &mut out);
+pub fn contents(dir: &Path) -> Contents {
+    let mut out = snapshot(dir).unwrap_or_else(|| panic!("{} does not exist", dir.display()));
     out.remove("");
     out
 }
 
 /// The contents a tree materialises to (through a scratch directory, so
 /// the comparison uses the one snapshot function).
-pub fn expected(tree: &[Entry], scratch: &Path) -> BTreeMap<String, String> {
+pub fn expected(tree: &[Entry], scratch: &Path) -> Contents {
     let _ = fs::remove_dir_all(scratch);
     materialise(tree, scratch, false);
     let c = contents(scratch);
@@ -128,31 +130,23 @@ pub fn kept(name: &str) -> bool {
 /// Every name under `dir` (recursively) that is durasync's but neither its
 /// lock nor a marker: leftovers `durasync recover` should have removed.
 pub fn leftovers(dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in fs::read_dir(dir).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name().to_string_lossy().into_owned();
-        if is_previous(&e.path()) {
-            // A kept previous tree: durasync's own, neither a leftover nor
-            // walked (its contents are the target's old ones).
-            continue;
-        }
-        if name.starts_with(".durasync") && !kept(&name) {
-            found.push(e.path().display().to_string());
-        } else if e.file_type().unwrap().is_dir() {
-            found.extend(leftovers(&e.path()));
-        }
-    }
-    found
+    crate::support::durasync_entries(dir)
+        .into_iter()
+        // A kept previous tree is durasync's own, not a leftover.
+        .filter(|p| !kept(&p.file_name().unwrap().to_string_lossy()) && !is_previous(p))
+        .map(|p| p.display().to_string())
+        .collect()
 }
 
 /// A short description of how `got` differs from `want`.
-pub fn diff(got: &BTreeMap<String, String>, want: &BTreeMap<String, String>) -> String {
+pub fn diff(got: &Contents, want: &Contents) -> String {
     let mut out = Vec::new();
     for (k, v) in want {
         match got.get(k) {
             None => out.push(format!("missing {k}")),
-            Some(g) if g != v => out.push(format!("{k}: {:?}", g.chars().take(40).collect::<String>())),
+            Some(g) if g != v => {
+                out.push(format!("{k}: {}", format!("{g:?}").chars().take(40).collect::<String>()))
+            }
             Some(_) => {}
         }
     }

@@ -18,18 +18,20 @@
 //! a tag whose registry cannot be reached falls back to the digest it last
 //! resolved to.
 
+mod error;
 pub(crate) mod http;
 pub mod layout;
 pub mod reference;
+mod settings;
 mod store;
 pub mod tls;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+pub use self::error::Error;
 pub use self::http::Deadline;
 use self::http::{Body, Http, Size};
 /// The parsers of what a registry sends in its headers (plain functions of
@@ -39,288 +41,11 @@ use self::http::{Body, Http, Size};
 pub use self::http::{authority, parse_challenge, realm_url, redirect_target};
 pub use self::layout::{Descriptor, ImageManifest};
 pub use self::reference::Reference;
+pub use self::settings::{
+    CA_ENV, DEFAULT_ATTEMPTS, DEFAULT_DEADLINE, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_TIMEOUT, INSECURE_ENV, MAX_PAYLOAD_BYTES, Settings,
+};
 use self::store::{Expect, Store};
-use crate::services::limits::human_bytes;
-
-/// How registries are reached.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// The compile cache's directory: blobs go to `<dir>/oci/`. `None`: a
-    /// private temporary directory, removed when the [`Registry`] is dropped.
-    pub cache_dir: Option<PathBuf>,
-    /// Connect, read and write timeout of each request (a stall longer than
-    /// this fails the attempt), and the bound of a small request (manifest,
-    /// token, HEAD) as a whole, redirects and body included.
-    pub timeout: Duration,
-    /// Attempts per request (connection failures, timeouts, 5xx, 429).
-    pub attempts: u32,
-    /// The longest a whole pull (or push) may take: every request, attempt
-    /// and pause of it. A blob request is bounded by this alone (besides
-    /// each read's `timeout`); a manifest, token or HEAD also by `timeout`
-    /// as a whole.
-    pub deadline: Duration,
-    /// The pause before the second attempt; doubled for each later one.
-    pub backoff: Duration,
-    /// The largest manifest accepted.
-    pub max_manifest_bytes: u64,
-    /// The largest component (wasm layer) accepted.
-    pub max_blob_bytes: u64,
-    /// Registries (`host` or `host:port`) reached over plain HTTP besides
-    /// loopback ones.
-    pub insecure: Vec<String>,
-    /// Extra CA certificates (PEM files) trusted for registries' TLS,
-    /// besides the web PKI roots: a private registry's own CA.
-    pub ca_files: Vec<PathBuf>,
-    /// `(REGISTRY, MIRROR)`: pull `REGISTRY/REPO` from `MIRROR/REPO` (an
-    /// air-gapped node's registry). References, cache keys and the trust
-    /// checks keep the original name; digests and signatures make the
-    /// mirror as trustworthy as the original.
-    pub mirrors: Vec<(String, String)>,
-}
-
-/// The default timeout of one request.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// The default deadline of a whole pull: 256 MiB (the largest blob
-/// accepted) at under 1 MB/s; a plugin is usually a few MiB.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
-/// Attempts per request by default.
-pub const DEFAULT_ATTEMPTS: u32 = 3;
-/// 4 MiB: what the OCI distribution spec asks registries to accept; a
-/// plugin's manifest is under 1 KiB.
-pub const DEFAULT_MAX_MANIFEST_BYTES: u64 = 4 << 20;
-/// 256 MiB: the largest plugins seen (interpreters bundled into a
-/// component) are under 20 MiB; a registry must not fill the disk.
-pub const DEFAULT_MAX_BLOB_BYTES: u64 = 256 << 20;
-/// A cosign payload is a few hundred bytes.
-pub const MAX_PAYLOAD_BYTES: u64 = 64 * 1024;
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            cache_dir: None,
-            timeout: DEFAULT_TIMEOUT,
-            attempts: DEFAULT_ATTEMPTS,
-            deadline: DEFAULT_DEADLINE,
-            backoff: Duration::from_millis(500),
-            max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
-            max_blob_bytes: DEFAULT_MAX_BLOB_BYTES,
-            insecure: env_list(INSECURE_ENV),
-            ca_files: env_list(CA_ENV).into_iter().map(PathBuf::from).collect(),
-            mirrors: env_list("DURASYNC_REGISTRY_MIRRORS")
-                .into_iter()
-                .filter_map(|m| {
-                    let (from, to) = m.split_once('=')?;
-                    Some((from.trim().to_owned(), to.trim().to_owned()))
-                })
-                .collect(),
-        }
-    }
-}
-
-/// The registries (comma-separated `host` or `host:port`) reached over
-/// plain HTTP besides loopback ones.
-pub const INSECURE_ENV: &str = "DURASYNC_INSECURE_REGISTRIES";
-/// Extra CA files (comma-separated paths) for registries' TLS.
-pub const CA_ENV: &str = "DURASYNC_REGISTRY_CA";
-
-/// A comma-separated environment variable, empty items dropped.
-fn env_list(name: &str) -> Vec<String> {
-    std::env::var(name)
-        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
-        .unwrap_or_default()
-}
-
-/// Everything pulling and pushing can fail with.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The reference does not parse.
-    #[error("invalid reference {reference:?}: {reason}")]
-    InvalidReference {
-        /// The text.
-        reference: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A request (its redirects and body included) took longer than the
-    /// timeout (retried, within the pull's deadline).
-    #[error("{url}: the request did not complete within {limit} (--timeout){last}")]
-    TimedOut {
-        /// The request.
-        url: String,
-        /// The bound (`30 s`).
-        limit: String,
-        /// The failure before, if any.
-        last: String,
-    },
-    /// The pull (every attempt of every request) took longer than its
-    /// deadline.
-    #[error("{url}: stopped at the pull's deadline of {limit} (--registry-deadline){last}")]
-    Deadline {
-        /// The request under way.
-        url: String,
-        /// The deadline (`300 s`).
-        limit: String,
-        /// The failure before, if any.
-        last: String,
-    },
-    /// A redirect that is not followed: no host, another scheme than
-    /// http(s), HTTPS down to plain HTTP, too many.
-    #[error("{url}: refused a redirect: {reason}")]
-    Redirect {
-        /// The request redirected.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// The registry could not be reached (connection, TLS, timeout).
-    #[error("cannot reach {url}: {reason}")]
-    Network {
-        /// The request.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// A TLS handshake failed: the certificate is not trusted (its
-    /// problem named), or the registry does not speak TLS.
-    #[error("TLS to {url}: {reason}")]
-    Tls {
-        /// The request.
-        url: String,
-        /// What was wrong, and what to do.
-        reason: String,
-    },
-    /// An extra CA file cannot be used.
-    #[error("registry CA file {path}: {reason}")]
-    CaFile {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// A transfer broke off (a stall past the timeout, a reset).
-    #[error("reading {what}: {reason}")]
-    Transfer {
-        /// What was being read.
-        what: String,
-        /// Why it stopped.
-        reason: String,
-    },
-    /// The registry answered with an unexpected status.
-    #[error("{url}: the registry answered {status}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") })]
-    Status {
-        /// The request.
-        url: String,
-        /// The HTTP status.
-        status: u16,
-        /// The start of its body, and a hint.
-        detail: String,
-    },
-    /// The registry holds no such tag, digest or blob.
-    #[error("{what} not found in the registry")]
-    NotFound {
-        /// What was asked for.
-        what: String,
-    },
-    /// A manifest is not one durasync can read.
-    #[error("manifest {digest}: {reason}")]
-    BadManifest {
-        /// Its digest.
-        digest: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A config or layer of a media type a plugin artifact does not have.
-    #[error("manifest {digest}: media type {media_type} {reason}")]
-    MediaType {
-        /// The manifest's digest.
-        digest: String,
-        /// The media type found.
-        media_type: String,
-        /// Why it is refused.
-        reason: String,
-    },
-    /// Not exactly one wasm layer.
-    #[error("manifest {digest} has {count} wasm layers; a plugin artifact has exactly one")]
-    WasmLayers {
-        /// The manifest's digest.
-        digest: String,
-        /// How many it has.
-        count: usize,
-    },
-    /// A manifest or blob is larger than its limit.
-    #[error("{what} is larger than the limit of {}", human_bytes(*limit))]
-    TooLarge {
-        /// What.
-        what: String,
-        /// The limit in bytes.
-        limit: u64,
-    },
-    /// A blob whose length is not the one its descriptor states.
-    #[error(
-        "{what} {digest}: its descriptor says {stated} bytes, but the blob is {actual} bytes; refusing it"
-    )]
-    SizeMismatch {
-        /// What ("wasm layer").
-        what: String,
-        /// Its digest.
-        digest: String,
-        /// The descriptor's size.
-        stated: u64,
-        /// What came (`1234`, or `more than 1000` when cut off).
-        actual: String,
-    },
-    /// Content whose digest is not the one asked for.
-    #[error("{what}: the registry sent content whose digest is {actual}, not {expected}; refusing it")]
-    DigestMismatch {
-        /// What ("manifest", "layer").
-        what: String,
-        /// The digest asked for.
-        expected: String,
-        /// The digest of what came.
-        actual: String,
-    },
-    /// The blob cache cannot be used.
-    #[error("blob cache {path}: {reason}")]
-    Cache {
-        /// The file or directory.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-}
-
-impl Error {
-    /// A failure that may pass: worth another attempt.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::Network { .. } | Error::Transfer { .. } | Error::TimedOut { .. } => true,
-            Error::Status { status, .. } => *status >= 500 || *status == 429,
-            _ => false,
-        }
-    }
-
-    /// Content that was refused (not a fetching failure): a digest that
-    /// does not match, a media type, a layer count, a size over a limit, a
-    /// manifest that does not parse, a reference that does not.
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidReference { .. }
-                | Error::BadManifest { .. }
-                | Error::MediaType { .. }
-                | Error::WasmLayers { .. }
-                | Error::TooLarge { .. }
-                | Error::DigestMismatch { .. }
-                | Error::SizeMismatch { .. }
-        )
-    }
-
-    /// The registry could not be reached in time (after the retries, or at
-    /// the pull's deadline): a tag may be served from the cache.
-    fn is_unreachable(&self) -> bool {
-        self.is_retryable() || matches!(self, Error::Deadline { .. })
-    }
-}
 
 /// A manifest, resolved and held.
 #[derive(Debug, Clone)]
@@ -402,7 +127,7 @@ impl Registry {
         })
         .to_string()
         .into_bytes();
-        let config_digest = format!("sha256:{}", hex::encode(Sha256::digest(&config)));
+        let config_digest = crate::digest::oci_digest(&config);
         self.upload(r, &config_digest, &Body::Bytes(&config, "application/octet-stream"), deadline)?;
         self.upload(r, &layer, &Body::File(wasm, size), deadline)?;
         let manifest = ImageManifest {
@@ -423,7 +148,7 @@ impl Registry {
             annotations: Default::default(),
         };
         let bytes = serde_json::to_vec(&manifest).expect("a manifest serializes");
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        let digest = crate::digest::oci_digest(&bytes);
         let target = r.tag.clone().unwrap_or_else(|| digest.clone());
         if let Some(d) = &r.digest
             && d != &digest
@@ -598,7 +323,7 @@ impl Pull<'_> {
                 if bytes.len() as u64 > limit {
                     return Err(Error::TooLarge { what: what.to_owned(), limit });
                 }
-                let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+                let digest = crate::digest::oci_digest(&bytes);
                 Ok((bytes, digest))
             },
         )

@@ -241,7 +241,7 @@ impl Store {
 
     fn index_path(&self, kind: &str, key: &str) -> PathBuf {
         // Keys are hashed: a tag or a registry name never becomes a path.
-        self.root.join(kind).join(hex::encode(Sha256::digest(key.as_bytes())))
+        self.root.join(kind).join(crate::digest::sha256_hex(key.as_bytes()))
     }
 
     fn read_index(&self, kind: &str, key: &str) -> Option<String> {

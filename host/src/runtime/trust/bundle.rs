@@ -17,7 +17,6 @@
 
 use base64::Engine as _;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use super::cosign::PublicKey;
 use super::fulcio::{self, Identity};
@@ -274,7 +273,7 @@ fn body_matches(
             Ok(())
         }
         ("dsse", Signed::Dsse { payload, .. }) => {
-            if s("/spec/payloadHash/value") != hex::encode(Sha256::digest(payload)) {
+            if s("/spec/payloadHash/value") != crate::digest::sha256_hex(payload) {
                 return Err("the log entry is for another DSSE payload than this bundle's".into());
             }
             let sigs = v.pointer("/spec/signatures").and_then(|x| x.as_array()).cloned().unwrap_or_default();
@@ -379,8 +378,8 @@ fn keyed(
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{self, By, GITHUB, Log, Make, Pki, WORKFLOW};
     use super::*;
+    use durasync_test_support::sigstore::{self as fixtures, By, GITHUB, Log, Make, Pki, WORKFLOW};
     use p256::pkcs8::EncodePublicKey as _;
     use serde_json::Value;
 

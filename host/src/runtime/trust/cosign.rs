@@ -51,8 +51,7 @@ impl PublicKey {
     /// hex (what `[verify] revoked_keys` lists; `sha256sum` of the DER form
     /// of the PEM file).
     pub fn id(&self) -> String {
-        use sha2::Digest as _;
-        hex::encode(sha2::Sha256::digest(self.spki_der()))
+        crate::digest::sha256_hex(&self.spki_der())
     }
 
     /// Its DER SubjectPublicKeyInfo.
@@ -195,17 +194,15 @@ mod tests {
 
     #[test]
     fn a_key_id_is_the_sha256_of_its_der_public_key() {
-        use sha2::Digest as _;
         let (sk, pk) = key(7);
         let der = sk.verifying_key().to_public_key_der().unwrap();
-        assert_eq!(pk.id(), hex::encode(sha2::Sha256::digest(der.as_bytes())));
+        assert_eq!(pk.id(), crate::digest::sha256_hex(der.as_bytes()));
         assert_ne!(pk.id(), key(9).1.id());
         assert_eq!(pk.id().len(), 64);
     }
 
     #[test]
     fn a_key_id_is_what_openssl_gives_for_the_pem_file() {
-        use sha2::Digest as _;
         let (sk, pk) = key(11);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.pub");
@@ -218,6 +215,6 @@ mod tests {
             return; // no openssl here
         };
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(pk.id(), hex::encode(sha2::Sha256::digest(&out.stdout)));
+        assert_eq!(pk.id(), crate::digest::sha256_hex(&out.stdout));
     }
 }

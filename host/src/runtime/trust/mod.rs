@@ -38,8 +38,8 @@ pub mod root;
 
 use std::collections::BTreeMap;
 
+use crate::digest::sha256_hex;
 use crate::runtime::distribution::{self, Pull, Reference, Registry};
-use crate::runtime::request::sha256_hex;
 
 pub use cosign::PublicKey;
 pub use fulcio::Identity;
@@ -636,13 +636,6 @@ fn check_bundles(
     }
     Ok(false)
 }
-
-/// The Sigstore test material (a CA by openssl, a log, bundles), shared
-/// with the oci tests.
-#[cfg(test)]
-#[path = "../../../../tests/support/sigstore.rs"]
-#[allow(dead_code)]
-pub(crate) mod fixtures;
 
 #[cfg(test)]
 mod tests {

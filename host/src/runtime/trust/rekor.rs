@@ -278,8 +278,8 @@ pub fn check(entry: &Entry, root: &TrustedRoot) -> Result<Checked, String> {
 mod tests {
     // RFC 6962's MTH and PATH, written the recursive way the RFC states
     // them: a second implementation of what `root_from_path` inverts.
-    use super::super::fixtures::{mth, path};
     use super::*;
+    use durasync_test_support::sigstore::{mth, path};
 
     #[test]
     fn every_leaf_of_trees_of_every_size_up_to_33_proves_its_root_and_no_other_leaf_does() {

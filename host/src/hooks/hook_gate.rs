@@ -137,7 +137,7 @@ impl HookGate<'_> {
     fn open_probation(&self, probe: &Probe, ledger: &Ledger, staged: &Staged<'_>) -> Result<(), Refusal> {
         let by = || format!("probe {}", probe.name);
         let shown = self.root_dir.join(&self.path).display().to_string();
-        let digest = probation::digest_at(staged.parent, staged.staging, &shown)
+        let digest = crate::digest::tree_digest(staged.parent, staged.staging, &shown)
             .map_err(|e| Refusal { by: by(), reason: format!("cannot digest the new contents: {e}") })?;
         if let Some(failed) = ledger.failed(&self.root, &self.path, &digest) {
             tracing::warn!(root = %self.root, path = %self.path, "refused: {}", probation::refusal(&failed).reason);

@@ -1,6 +1,7 @@
 //! A tiny registry impostor on 127.0.0.1 for the faults a real registry
 //! never shows: wrong bytes under a digest, odd layouts, 401/500, garbage,
-//! a stall. It answers from a table of paths and logs every request.
+//! a stall. It answers from a table of paths and logs every request. Used
+//! by the oci tests and the agent's registry tests.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -24,7 +25,9 @@ pub enum Reply {
     Guarded(String, String, Box<Reply>),
 }
 
+/// A fake registry; its threads serve until the test binary ends.
 pub struct Fake {
+    /// The port it listens on (127.0.0.1).
     pub port: u16,
     log: Arc<Mutex<Vec<String>>>,
     auth: Arc<Mutex<Vec<(String, String)>>>,

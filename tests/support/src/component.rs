@@ -1,6 +1,6 @@
-//! A hand-made component for tests of the import policy, shared by the
-//! policy's unit tests and the integration tests (`tests/support`, through
-//! `#[path]`): no toolchain needed.
+//! A hand-made component for tests of the import policy (the library's
+//! unit tests of `runtime::policy` and the runtime tests): no toolchain
+//! needed.
 
 /// A minimal component importing one empty instance per name and exporting
 /// nothing (a type section with one empty instance type, then the import

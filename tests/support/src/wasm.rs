@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use super::workspace_root;
+use crate::workspace_root;
 
 /// Build the `cdylib` package `package` of the Cargo workspace whose
 /// manifest is `manifest` (relative to the workspace root) and return the

@@ -7,31 +7,10 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
+
+use crate::{have, output_text};
 use std::time::{Duration, Instant};
-
-/// Whether `tool` is on PATH.
-pub fn on_path(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Whether `tool` is on PATH; if not, `cannot_check` (fails under CI).
-pub fn have(tool: &str) -> bool {
-    let found = on_path(tool);
-    if !found {
-        super::cannot_check(&format!("`{tool}` is not installed"));
-    }
-    found
-}
-
-/// Standard output and error of a finished command, for messages.
-pub fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
 
 /// How a registry is set up, made from its temporary directory.
 #[derive(Default)]
@@ -48,7 +27,7 @@ pub struct Setup {
 /// made by `htpasswd -Bbn` in `dir`.
 pub fn htpasswd_auth(dir: &Path, user: &str, password: &str) -> String {
     let out = Command::new("htpasswd").args(["-Bbn", user, password]).output().unwrap();
-    assert!(out.status.success(), "htpasswd: {}", text(&out));
+    assert!(out.status.success(), "htpasswd: {}", output_text(&out));
     let file = dir.join("htpasswd");
     std::fs::write(&file, out.stdout).unwrap();
     format!("auth:\n  htpasswd:\n    realm: durasync-test\n    path: {}\n", file.display())
@@ -203,7 +182,7 @@ pub const PRIVATE_ADDR: &str = "192.0.2.1";
 /// `None` (after `cannot_check`) without root or `ip`.
 pub fn in_private_network<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
     if !rustix::process::geteuid().is_root() {
-        super::cannot_check("a private network namespace needs root");
+        crate::cannot_check("a private network namespace needs root");
         return None;
     }
     if !have("ip") {
@@ -220,7 +199,7 @@ pub fn in_private_network<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
                 vec!["addr", "add", &format!("{PRIVATE_ADDR}/32"), "dev", "lo"],
             ] {
                 let out = Command::new("ip").args(&args).output().unwrap();
-                assert!(out.status.success(), "ip {}: {}", args.join(" "), text(&out));
+                assert!(out.status.success(), "ip {}: {}", args.join(" "), output_text(&out));
             }
             f()
         })

@@ -1,24 +1,109 @@
-//! Helpers shared by the test binaries under `tests/`. Each binary includes
-//! this module with `#[path = "../support/mod.rs"] mod support;`.
+//! Helpers shared by the test binaries under `tests/` (each a `[[test]]` of
+//! `host/Cargo.toml`) and the guest SDK's parity test: a dev-dependency
+//! that links the same `durasync` library they do, so its types are theirs.
+//! A test binary names it `use durasync_test_support as support;`.
 
+pub mod component;
+pub mod fake_registry;
 pub mod go_toolchain;
 pub mod http_server;
 pub mod oci_artifacts;
 pub mod registry;
+pub mod sigstore;
 pub mod snapshot;
 pub mod toolchains;
 pub mod wasm;
 
 use std::path::{Path, PathBuf};
 
-/// The `durasync` binary built for this test run.
+/// The `durasync` binary built for this test run: `cargo test` (1.94 and
+/// later) sets `CARGO_BIN_EXE_durasync` in the environment of the
+/// `durasync` package's test binaries it runs.
 pub fn durasync() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_durasync"))
+    std::env::var_os("CARGO_BIN_EXE_durasync").map(PathBuf::from).expect(
+        "CARGO_BIN_EXE_durasync is not set: run the test binary through `cargo test -p durasync`, \
+         or set it to the durasync binary",
+    )
 }
 
 /// The workspace root (the folder holding the top-level `Cargo.toml`).
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("tests/support/ has a grandparent")
+        .to_path_buf()
+}
+
+/// The name of the running test binary (`agent` for `target/debug/deps/agent-<hash>`).
+pub fn test_binary() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .map(|n| n.rsplit_once('-').map_or(n.clone(), |(name, _hash)| name.to_owned()))
+        .unwrap_or_default()
+}
+
+/// An `XDG_CACHE_HOME` shared by the whole test binary,
+/// `target/wasm/<binary>-test-cache` (mode 0700, as durasync wants its
+/// cache), so only the first load of a component compiles it.
+pub fn shared_cache() -> PathBuf {
+    let dir = wasm::target_dir().join(format!("{}-test-cache", test_binary()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    dir
+}
+
+/// Standard output then standard error of a finished command, for messages.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Whether `tool` is on PATH.
+pub fn on_path(tool: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether `tool` is on PATH; if not, [`cannot_check`] (fails under CI).
+pub fn have(tool: &str) -> bool {
+    let found = on_path(tool);
+    if !found {
+        cannot_check(&format!("`{tool}` is not installed"));
+    }
+    found
+}
+
+/// The SHA-256 of the file at `path`, as a manifest's `sha256` pins it.
+pub fn sha256_of_file(path: &Path) -> String {
+    durasync::digest::sha256_hex(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+}
+
+/// Every entry beneath `dir` whose name starts with `.durasync` (the lock,
+/// markers, staging and trash, kept previous trees), in no set order;
+/// entries inside such an entry are not listed. The callers pick which of
+/// them count as leftovers.
+pub fn durasync_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries {
+        let e = e.unwrap();
+        if e.file_name().as_encoded_bytes().starts_with(b".durasync") {
+            out.push(e.path());
+        } else if e.file_type().unwrap().is_dir() {
+            out.extend(durasync_entries(&e.path()));
+        }
+    }
+    out
+}
+
+/// Standard base64 (RFC 4648, padded), for Kubernetes objects and the like.
+pub fn base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// The directory the core tests make every scratch tree in, and the crash
@@ -64,12 +149,7 @@ pub fn cannot_check(why: &str) {
              {ALLOW_SKIP}=1 to skip it; each skip is then listed in target/durasync-skipped.txt"
         );
     }
-    let binary = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .map(|n| n.rsplit_once('-').map_or(n.clone(), |(name, _hash)| name.to_owned()))
-        .unwrap_or_default();
-    let line = format!("{binary} {test}: {why}");
+    let line = format!("{} {test}: {why}", test_binary());
     let list = skipped_list();
     // Straight to the file descriptor: `eprintln!` would be captured.
     let _ = std::io::Write::write_all(

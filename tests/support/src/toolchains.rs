@@ -22,7 +22,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use super::workspace_root;
+use crate::workspace_root;
 
 /// The componentize-py release the tests install (PyPI).
 pub const COMPONENTIZE_PY: &str = "0.25.1";
@@ -31,7 +31,7 @@ pub const COMPONENTIZE_JS: &str = "0.23.0";
 
 /// Where the toolchains and the built components live: `target/lang-tools`.
 pub fn tools_dir() -> PathBuf {
-    super::wasm::target_dir().parent().expect("target/wasm has a parent").join("lang-tools")
+    crate::wasm::target_dir().parent().expect("target/wasm has a parent").join("lang-tools")
 }
 
 /// The language of a plugin's sources.
@@ -79,7 +79,7 @@ pub fn build(source: &Source) -> Built {
     let tool = match source.lang {
         Lang::Python => componentize_py(),
         Lang::JavaScript => componentize_js(),
-        Lang::Go => super::go_toolchain::install(),
+        Lang::Go => crate::go_toolchain::install(),
     };
     let files = source_files(source);
     let key = cache_key(source, &tool, &files);
@@ -180,7 +180,7 @@ fn build_uncached(source: &Source, tool: &Path, files: &[(String, Vec<u8>)], was
         }
         Lang::Go => {
             cmd.arg("build").arg(&stage).arg(&tmp);
-            super::go_toolchain::go_env(&mut cmd);
+            crate::go_toolchain::go_env(&mut cmd);
         }
     }
     cmd.current_dir(&stage).env("PYTHONDONTWRITEBYTECODE", "1");
@@ -196,12 +196,8 @@ fn build_uncached(source: &Source, tool: &Path, files: &[(String, Vec<u8>)], was
 pub fn componentize_py() -> PathBuf {
     let dir = tools_dir().join(format!("componentize-py-{COMPONENTIZE_PY}"));
     install_once(&dir, |dir| {
-        let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-        run(Command::new(python).args(["-m", "venv"]).arg(dir), "creating a Python venv (python3 -m venv)");
         run(
-            Command::new(dir.join("bin/pip"))
-                .args(["install", "--quiet", "--disable-pip-version-check", "--no-input"])
-                .arg(format!("componentize-py=={COMPONENTIZE_PY}")),
+            venv_pip_install(dir).arg(format!("componentize-py=={COMPONENTIZE_PY}")),
             "installing componentize-py from PyPI",
         );
     });
@@ -211,11 +207,10 @@ pub fn componentize_py() -> PathBuf {
 /// componentize-js, installed once with `npm ci` from the lock file of
 /// `plugins/example-js` (so every dependency is the pinned one).
 pub fn componentize_js() -> PathBuf {
-    use sha2::Digest;
     let src = workspace_root().join("plugins/example-js");
     let manifest = std::fs::read(src.join("package.json")).unwrap();
     let lock = std::fs::read(src.join("package-lock.json")).unwrap();
-    let key = hex::encode(sha2::Sha256::digest([manifest.as_slice(), &lock].concat()));
+    let key = durasync::digest::sha256_hex(&[manifest.as_slice(), &lock].concat());
     let dir = tools_dir().join(format!("componentize-js-{COMPONENTIZE_JS}-{}", &key[..12]));
     install_once(&dir, |dir| {
         std::fs::write(dir.join("package.json"), &manifest).unwrap();
@@ -253,7 +248,7 @@ pub fn kustomize() -> PathBuf {
 /// Run `install` into an empty `dir` unless a previous install finished
 /// (its marker file exists). Serialised across test threads and processes
 /// by a lock file; an interrupted install is wiped and redone.
-pub(super) fn install_once(dir: &Path, install: impl FnOnce(&Path)) {
+pub(crate) fn install_once(dir: &Path, install: impl FnOnce(&Path)) {
     std::fs::create_dir_all(tools_dir()).unwrap();
     let _lock = lock(&PathBuf::from(format!("{}.lock", dir.display())));
     let marker = dir.join(".durasync-installed");
@@ -266,6 +261,16 @@ pub(super) fn install_once(dir: &Path, install: impl FnOnce(&Path)) {
     std::fs::write(marker, b"").unwrap();
 }
 
+/// Make a Python venv in `dir` (with `$PYTHON`, else `python3`) and return
+/// its `pip install`, quiet and never asking; the caller adds what to install.
+pub(crate) fn venv_pip_install(dir: &Path) -> Command {
+    let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    run(Command::new(python).args(["-m", "venv"]).arg(dir), "creating a Python venv (python3 -m venv)");
+    let mut pip = Command::new(dir.join("bin/pip"));
+    pip.args(["install", "--quiet", "--disable-pip-version-check", "--no-input"]);
+    pip
+}
+
 /// An exclusive lock on `path` (created), held until the file is dropped.
 fn lock(path: &Path) -> File {
     let f = File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -276,7 +281,7 @@ fn lock(path: &Path) -> File {
 /// Run `cmd`; panic with its output (and what was being done) unless it
 /// succeeds. A missing program is a failure too: the tests install what
 /// they need, and `.ci/run` installs `python3-venv` and `npm`.
-pub(super) fn run(cmd: &mut Command, what: &str) {
+pub(crate) fn run(cmd: &mut Command, what: &str) {
     let out = cmd.output().unwrap_or_else(|e| {
         panic!(
             "{what}: cannot run {:?}: {e} (the Python/JavaScript/Go plugin tests need python3 and npm)",
@@ -292,9 +297,3 @@ pub(super) fn run(cmd: &mut Command, what: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
-
-// One generator of minimal components, shared with the policy's unit tests.
-#[path = "../../host/src/runtime/test_component.rs"]
-mod test_component;
-#[allow(unused_imports)] // not every test binary builds such a component
-pub use test_component::component_importing;

@@ -6,10 +6,9 @@
 //! `messageSignature` and `dsseEnvelope` forms; and the `trusted_root.json`
 //! naming the CA and the log.
 //!
-//! Shared by the library's unit tests (`runtime::trust`, through `#[path]`)
-//! and the oci tests. The Merkle tree is built here the recursive way
-//! RFC 6962 states it, a second implementation of what the verifier
-//! inverts.
+//! Used by the library's unit tests (`runtime::trust`) and the oci tests.
+//! The Merkle tree is built here the recursive way RFC 6962 states it, a
+//! second implementation of what the verifier inverts.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

