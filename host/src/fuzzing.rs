@@ -123,7 +123,16 @@ pub fn registry_urls(data: &[u8]) {
         assert!(authority(&to).is_some(), "{from:?} + {value:?} was accepted as {to:?}, which names no host");
         if from.starts_with("https:") && to.starts_with("http:") {
             let host = authority(&to).unwrap_or_default();
-            let plain = ["127.", "localhost", "[::1]"].iter().any(|l| host.starts_with(l))
+            let bare = host
+                .rsplit_once(':')
+                .filter(|(_, p)| p.parse::<u16>().is_ok())
+                .map_or(host.as_str(), |(h, _)| h);
+            let v4_loopback = bare.split('.').count() == 4
+                && bare.split('.').all(|o| o.parse::<u8>().is_ok())
+                && bare.starts_with("127.");
+            let plain = v4_loopback
+                || bare.eq_ignore_ascii_case("localhost")
+                || bare == "[::1]"
                 || insecure.contains(&host)
                 || insecure.iter().any(|i| host.split(':').next() == Some(i.as_str()));
             assert!(plain, "{from:?} + {value:?} went down to plain HTTP at {to:?}");

@@ -503,7 +503,16 @@ pub fn plain_http_allowed(authority: &str, insecure: &[String]) -> bool {
         Some((h, p)) if p.parse::<u16>().is_ok() && !h.ends_with(':') => h,
         _ => authority,
     };
-    let loopback = host == "localhost" || host == "[::1]" || host.starts_with("127.");
+    // An address, parsed: a DNS name like `127.attacker.example` is no
+    // loopback host, whatever it starts with.
+    let ip = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || ip.parse::<std::net::IpAddr>().is_ok_and(|ip| match ip {
+            std::net::IpAddr::V4(v4) => v4.is_loopback(),
+            std::net::IpAddr::V6(v6) => {
+                v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+            }
+        });
     loopback || insecure.iter().any(|i| i == authority || i == host)
 }
 
@@ -760,5 +769,34 @@ mod tests {
         assert_eq!(http.base("localhost"), "http://localhost");
         assert_eq!(http.base("registry.lan:5000"), "http://registry.lan:5000");
         assert_eq!(http.base("quay.io"), "https://quay.io");
+    }
+
+    #[test]
+    fn a_dns_name_that_starts_like_a_loopback_address_is_no_loopback_host() {
+        for local in [
+            "127.0.0.1",
+            "127.0.0.1:5000",
+            "127.1.2.3:80",
+            "localhost",
+            "LOCALHOST:5000",
+            "[::1]",
+            "[::1]:5000",
+        ] {
+            assert!(plain_http_allowed(local, &[]), "{local}");
+        }
+        for remote in [
+            "127.attacker.example",
+            "127.0.0.1.attacker.example:80",
+            "localhost.example",
+            "[::2]",
+            "10.0.0.1",
+        ] {
+            assert!(!plain_http_allowed(remote, &[]), "{remote}");
+        }
+        // An HTTPS registry cannot send its credentials to such a realm.
+        let from = "https://registry.example/v2/a/manifests/t";
+        assert!(
+            realm_url(from, "http://127.attacker.example/token", &[]).unwrap_err().contains("plain HTTP")
+        );
     }
 }
