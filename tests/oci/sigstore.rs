@@ -62,19 +62,7 @@ fn put_manifest(registry: &str, repo: &str, reference: &str, media_type: &str, b
 /// Attach `bundle` to `subject` in `repo` through the referrers tag schema:
 /// the blobs, the referrer manifest by digest, then the `sha256-<hex>` index.
 fn attach_by_tag(registry: &str, repo: &str, subject: &str, bundle: &[u8]) {
-    let subject_size = ureq::get(&format!("http://{registry}/v2/{repo}/manifests/{subject}"))
-        .set("Accept", OCI_MANIFEST)
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap()
-        .len();
-    upload(registry, repo, b"{}");
-    upload(registry, repo, bundle);
-    let r = referrer(bundle, subject, subject_size);
-    put_manifest(registry, repo, &oci_digest(&r), OCI_MANIFEST, &r);
-    let i = index(&[(&r, sig::V03)]);
-    put_manifest(registry, repo, &subject.replace(':', "-"), INDEX, &i);
+    attach_all_by_tag(registry, repo, subject, &[bundle]);
 }
 
 fn identity_policy(root: &Path) -> String {

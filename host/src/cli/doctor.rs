@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use durasync::durable::doctor::{self, Examination};
@@ -12,9 +12,6 @@ use durasync::runtime::Manifest;
 use durasync::services::text::escape_all;
 
 use super::exit;
-
-/// The most manifests of a config directory examined.
-const MAX_MANIFESTS: usize = 1000;
 
 /// `durasync doctor [PATH…] [--manifest M…] [--config-dir D] [--json]`
 #[derive(Debug, Args)]
@@ -48,16 +45,8 @@ pub fn doctor(args: &DoctorArgs) -> Result<()> {
         subjects.extend(roots_of(m, &manifest));
     }
     if let Some(dir) = &args.config_dir {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .with_context(|| format!("reading the config directory {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
-            .take(MAX_MANIFESTS + 1)
-            .collect();
-        if files.len() > MAX_MANIFESTS {
-            return Err(anyhow!("{} holds more than {MAX_MANIFESTS} manifests", dir.display()));
-        }
-        files.sort();
+        // The manifests the agent would load there, as it lists them.
+        let files = durasync::agent::config::manifest_files(dir)?;
         if files.is_empty() && subjects.is_empty() {
             // A node before its first instance: nothing is wrong yet.
             println!(
