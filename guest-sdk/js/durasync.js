@@ -2,9 +2,9 @@
 // (`invalid-path: …`, as the Rust SDK prints them), typed results, logging.
 //
 // A plugin imports it as "./durasync.js": the component build copies this
-// file beside the plugin's sources (componentize-js resolves relative
-// imports), and under Node the harness's loader (harness/register.mjs)
-// resolves it here.
+// file (node_modules/durasync-guest/durasync.js) beside the plugin's sources
+// (componentize-js resolves relative imports, not packages), and under Node
+// the harness's loader (`durasync-guest/register`) resolves it here.
 //
 //   import { run, Fail, reportText } from "./durasync.js";
 //   export function run(config, input) {

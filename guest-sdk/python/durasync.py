@@ -1,9 +1,11 @@
 """Helpers for durasync plugins written in Python: host errors as text
 (`invalid-path: …`, as the Rust SDK prints them), typed results, logging.
 
-The same module runs inside the component (componentize-py bundles it:
-the tests' build copies it beside the plugin's sources) and under CPython
-with the harness shim (`harness/`) first on `sys.path`.
+The same module runs inside the component (componentize-py bundles it from
+the venv the `durasync-guest` package is installed in) and under CPython
+against `durasync harness` (the package `durasync_harness`, whose shim gives
+CPython the bindings' names; importing this module without the bindings
+loads it).
 
     import durasync
     from wit_world.imports import fs
@@ -18,6 +20,11 @@ with the harness shim (`harness/`) first on `sys.path`.
 """
 
 from typing import Callable
+
+try:
+    import componentize_py_types  # noqa: F401  (the component's generated bindings)
+except ImportError:  # under CPython: the harness shim provides the same names
+    import durasync_harness  # noqa: F401
 
 from componentize_py_types import Err
 from wit_world.imports import log as _log

@@ -122,7 +122,8 @@ impl Dir {
 
     /// Replace the one file at `path` atomically and durably with
     /// `contents` and exactly `mode`. Readers see the old or the new bytes,
-    /// never a mix and never an empty file. Its directory must exist.
+    /// never a mix and never an empty file. Missing parent directories are
+    /// created durably (mode 0755).
     pub fn write_file(&self, path: &str, contents: impl AsRef<[u8]>, mode: u32) -> Result<Report> {
         self.inner.write_file(path, contents.as_ref(), mode)
     }

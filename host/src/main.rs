@@ -40,11 +40,17 @@ fn one_line(err: &anyhow::Error) -> String {
 
 /// Logs go to standard error; `DURASYNC_LOG` (e.g. `info`, `durasync=debug`)
 /// sets the filter, else the command's default (see [`cli::LogSettings`]).
+/// Colours only when standard error is a terminal: a file, a pipe or the
+/// journal gets plain text.
 fn init_tracing(settings: &cli::LogSettings) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("DURASYNC_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(settings.default_filter));
-    let fmt =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&settings.default_filter));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false);
     if settings.json {
         fmt.json().with_current_span(true).with_span_list(false).init();
     } else {

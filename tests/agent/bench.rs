@@ -15,6 +15,16 @@
 //!    `durasync run` of the same manifest (process wall time, warm cache);
 //! 3. RSS with 1 instance (the agent above) and with 20;
 //! 4. CPU of the idle agent with 20 loaded instances over 60 s.
+//!
+//! And, separately (`agent_chaos_benchmark`, same invocation with that
+//! name), the fair run slots under hostile neighbours: a certsync instance
+//! whose input changes every ~300 ms beside twelve hostile instances (four
+//! that spin to their 2 s timeout, two memory hogs, two that trap, two log
+//! floods, two reading a 64 GiB sparse file; all retried after 100 ms–1 s),
+//! input change → new bytes visible, for `DURASYNC_CHAOS_SECS` (60) with the
+//! default `--max-concurrent-runs 4` and with 16 (more slots than
+//! instances: unbounded), one after the other; with `DURASYNC_BENCH_BIN_BEFORE`
+//! set, that binary's default-bound row too (the policy before fair slots).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -74,10 +84,15 @@ struct Proc {
 
 impl Proc {
     fn agent(config_dir: &Path) -> Proc {
-        let mut child = Command::new(bin())
+        Proc::agent_with(&bin(), config_dir, &[])
+    }
+
+    fn agent_with(binary: &Path, config_dir: &Path, args: &[&str]) -> Proc {
+        let mut child = Command::new(binary)
             .arg("agent")
             .arg("--config-dir")
             .arg(config_dir)
+            .args(args)
             .env("XDG_CACHE_HOME", shared_cache())
             .env("DURASYNC_LOG", "info")
             .env("NO_COLOR", "1")
@@ -159,13 +174,29 @@ fn stats(label: &str, ms: &mut [f64]) -> f64 {
     pct(0.5)
 }
 
-#[test]
-#[ignore = "a benchmark: run it by hand (see the module's doc)"]
-fn agent_benchmark() {
-    println!("binary: {}", bin().display());
-    println!("load at start: {}", std::fs::read_to_string("/proc/loadavg").unwrap().trim());
+/// Publish generation `g` of the example List as `input` (a rename) and
+/// wait until `bundle` shows it: when it was published, and the
+/// milliseconds until the new bytes were visible.
+fn publish(dir: &Path, input: &Path, bundle: &Path, g: u32) -> (Instant, f64) {
+    let want = format!("# generation {g}\n");
+    let tmp_input = dir.join("list.json.tmp");
+    std::fs::write(&tmp_input, example_list(g)).unwrap();
+    let start = Instant::now();
+    std::fs::rename(&tmp_input, input).unwrap();
+    loop {
+        if std::fs::read_to_string(bundle).is_ok_and(|b| b.ends_with(&want)) {
+            return (start, start.elapsed().as_secs_f64() * 1000.0);
+        }
+        assert!(start.elapsed() < DEADLINE, "generation {g} never became visible");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// A scratch node under the target dir: `agent.d/NAME.toml`, a certsync
+/// instance writing `certs/` from `list.json` (the example List, generation 0).
+fn certsync_node(prefix: &str, name: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let tmp = tempfile::Builder::new()
-        .prefix("durasync-agent-bench-")
+        .prefix(prefix)
         .tempdir_in(support::wasm::target_dir().parent().unwrap())
         .unwrap();
     let dir = tmp.path();
@@ -174,8 +205,18 @@ fn agent_benchmark() {
     std::fs::create_dir_all(dir.join("certs")).unwrap();
     let input = dir.join("list.json");
     std::fs::write(&input, example_list(0)).unwrap();
-    std::fs::write(config.join("certsync.toml"), agent_manifest("certsync", &dir.join("certs"), &input))
+    std::fs::write(config.join(format!("{name}.toml")), agent_manifest(name, &dir.join("certs"), &input))
         .unwrap();
+    (tmp, config, input)
+}
+
+#[test]
+#[ignore = "a benchmark: run it by hand (see the module's doc)"]
+fn agent_benchmark() {
+    println!("binary: {}", bin().display());
+    println!("load at start: {}", std::fs::read_to_string("/proc/loadavg").unwrap().trim());
+    let (tmp, config, input) = certsync_node("durasync-agent-bench-", "certsync");
+    let dir = tmp.path();
     std::fs::write(dir.join("run.toml"), run_manifest(&dir.join("certs"))).unwrap();
 
     let agent = Proc::agent(&config);
@@ -188,19 +229,8 @@ fn agent_benchmark() {
     let (mut visible, mut reported) = (Vec::new(), Vec::new());
     for g in 1..=60u32 {
         let runs = agent.count("run ok in");
-        let want = format!("# generation {g}\n");
-        let tmp_input = dir.join("list.json.tmp");
-        std::fs::write(&tmp_input, example_list(g)).unwrap();
-        let start = Instant::now();
-        std::fs::rename(&tmp_input, &input).unwrap();
-        loop {
-            if std::fs::read_to_string(&bundle).is_ok_and(|b| b.ends_with(&want)) {
-                visible.push(start.elapsed().as_secs_f64() * 1000.0);
-                break;
-            }
-            assert!(start.elapsed() < DEADLINE);
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        let (start, ms) = publish(dir, &input, &bundle, g);
+        visible.push(ms);
         let (at, _) = agent.wait("run ok in", runs + 1);
         reported.push(at.duration_since(start).as_secs_f64() * 1000.0);
         std::thread::sleep(Duration::from_millis(20));
@@ -280,4 +310,81 @@ fn agent_benchmark() {
     );
     println!("RSS, 20 instances after 60 s idle: {} KiB", agent.rss_kib());
     println!("load at end: {}", std::fs::read_to_string("/proc/loadavg").unwrap().trim());
+}
+
+/// One chaos configuration: the good instance's input → visible latencies
+/// (ms) over `secs` seconds with `binary` and `args`.
+fn chaos_round(binary: &Path, args: &[&str], secs: u64) -> Vec<f64> {
+    let (tmp, config, input) = certsync_node("durasync-chaos-bench-", "good");
+    let dir = tmp.path();
+    let wasm = super::hostile_wasm();
+    let modes = [
+        "loop",
+        "loop",
+        "loop",
+        "loop",
+        "alloc",
+        "alloc",
+        "panic",
+        "panic",
+        "log-flood",
+        "log-flood",
+        "read-sparse",
+        "read-sparse",
+    ];
+    for (i, mode) in modes.iter().enumerate() {
+        let name = format!("hostile-{i}-{mode}");
+        let root = dir.join(&name);
+        std::fs::create_dir_all(&root).unwrap();
+        // A 64 GiB sparse file for the readers (refused by its size).
+        std::fs::File::create(root.join("sparse")).unwrap().set_len(64 << 30).unwrap();
+        let input = dir.join(format!("{name}.txt"));
+        std::fs::write(&input, mode).unwrap();
+        std::fs::write(
+            config.join(format!("{name}.toml")),
+            format!(
+                "name = \"{name}\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.data]\npath = \"{}\"\naccess = \"rw\"\n\
+                 [limits]\nfuel = \"unlimited\"\ntimeout_ms = 2000\n[input]\nfile = \"{}\"\n\
+                 [schedule]\nbackoff_min = \"100ms\"\nbackoff_max = \"1s\"\n",
+                wasm.display(),
+                sha256_of_file(&wasm),
+                root.display(),
+                input.display()
+            ),
+        )
+        .unwrap();
+    }
+    let agent = Proc::agent_with(binary, &config, args);
+    agent.wait("instance=good", 1);
+    let bundle = dir.join("certs/configmaps/client-ca/ca-bundle.crt");
+    let mut visible = Vec::new();
+    let begin = Instant::now();
+    let mut g = 0u32;
+    while begin.elapsed() < Duration::from_secs(secs) {
+        g += 1;
+        visible.push(publish(dir, &input, &bundle, g).1);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let failed = agent.count("run failed in");
+    println!("  ({} hostile runs failed meanwhile)", failed);
+    visible
+}
+
+#[test]
+#[ignore = "a benchmark: run it by hand (see the module's doc)"]
+fn agent_chaos_benchmark() {
+    let secs = std::env::var("DURASYNC_CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    println!("binary: {}; {secs} s per row", bin().display());
+    println!("load at start: {}", std::fs::read_to_string("/proc/loadavg").unwrap().trim());
+    let mut rows: Vec<(String, PathBuf, Vec<&str>)> = vec![
+        ("default bound (4 slots)".into(), bin(), vec![]),
+        ("unbounded (16 slots)".into(), bin(), vec!["--max-concurrent-runs", "16"]),
+    ];
+    if let Some(before) = std::env::var_os("DURASYNC_BENCH_BIN_BEFORE") {
+        rows.push(("before fair slots, default bound (4 slots)".into(), PathBuf::from(before), vec![]));
+    }
+    for (label, binary, args) in rows {
+        let mut ms = chaos_round(&binary, &args, secs);
+        stats(&format!("chaos, {label}: input change -> visible"), &mut ms);
+    }
 }

@@ -157,3 +157,80 @@ fn a_plugin_flooding_its_log_every_run_is_held_to_the_instance_s_rate() {
     assert!(log.contains("log rate limit reached"), "{log}");
     assert!(dropped > 50_000.0, "{dropped}");
 }
+
+/// The instance a log line of a run belongs to (`run{instance=NAME}`).
+fn run_instance(line: &str) -> Option<&str> {
+    let rest = &line[line.find("instance=")? + "instance=".len()..];
+    Some(rest.split(['}', ' ', ':']).next().unwrap_or(rest))
+}
+
+/// The most runs in flight at once of instances that had not succeeded
+/// last (failed, timed out or never ran), from a debug log: what
+/// `agent/fair.rs` keeps below the bound.
+fn most_unproven_in_flight(log: &str) -> usize {
+    let mut last_ok: std::collections::HashMap<&str, bool> = Default::default();
+    let mut in_flight: std::collections::HashMap<&str, bool> = Default::default();
+    let mut most = 0;
+    for line in log.lines() {
+        let Some(name) = run_instance(line) else { continue };
+        if line.contains("run started") {
+            in_flight.insert(name, !last_ok.get(name).copied().unwrap_or(false));
+            most = most.max(in_flight.values().filter(|u| **u).count());
+        } else if line.contains(": run ok in ") || line.contains(": run failed in ") {
+            in_flight.remove(name);
+            last_ok.insert(name, line.contains(": run ok in "));
+        }
+    }
+    most
+}
+
+#[test]
+fn failing_instances_never_take_the_run_slot_kept_for_healthy_ones() {
+    let node = Node::new();
+    let wasm = hostile_wasm();
+    // Three instances that spin until their timeout and fail, due again
+    // almost at once: without a reserve they hold both slots all the time.
+    for name in ["hang-a", "hang-b", "hang-c"] {
+        std::fs::create_dir_all(node.root(name)).unwrap();
+        std::fs::write(node.path(&format!("inputs/{name}.txt")), "loop").unwrap();
+        std::fs::write(
+            node.manifest(name),
+            format!(
+                "name = \"{name}\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.data]\npath = \"{}\"\naccess = \"rw\"\n\
+                 [limits]\nfuel = \"unlimited\"\ntimeout_ms = 700\n[input]\nfile = \"{}\"\n\
+                 [schedule]\nbackoff_min = \"10ms\"\nbackoff_max = \"20ms\"\n",
+                wasm.display(),
+                sha256_of_file(&wasm),
+                node.root(name).display(),
+                node.path(&format!("inputs/{name}.txt")).display()
+            ),
+        )
+        .unwrap();
+    }
+    node.certsync("good", "[schedule]\ninterval = \"1h\"\n");
+    let mut agent = Agent::start(&node, &["--max-concurrent-runs", "2", "--start-jitter", "0s"]);
+    node.wait_generation("good", 1, &agent);
+    agent.wait_log_count("run failed in", 6);
+    for g in 2..=4 {
+        node.set_generation("good", g);
+        node.wait_generation("good", g, &agent);
+    }
+    agent.signal(rustix::process::Signal::TERM);
+    assert_eq!(agent.wait_exit().code(), Some(0), "{}", agent.log());
+    let log = agent.log();
+    assert!(log.matches("run failed in").count() >= 6, "{log}");
+    assert_eq!(most_in_flight(&log), 2, "the bound is used and holds: {log}");
+    // Two slots keep one for instances that succeeded last.
+    assert_eq!(most_unproven_in_flight(&log), 1, "{log}");
+}
+
+#[test]
+fn the_unproven_count_of_a_log_sees_failing_runs_overlap() {
+    let log = "run{instance=a}: run started\nrun{instance=b}: run started\n\
+               run{instance=a}: run failed in 1 ms\nrun{instance=b}: run ok in 2 ms\n\
+               run{instance=a}: run started\nrun{instance=b}: run started\n";
+    assert_eq!(most_unproven_in_flight(log), 2, "never-run instances are unproven");
+    let log = "run{instance=a}: run ok in 1 ms\nrun{instance=b}: run failed in 1 ms\n\
+               run{instance=a}: run started\nrun{instance=b}: run started\n";
+    assert_eq!(most_unproven_in_flight(log), 1);
+}

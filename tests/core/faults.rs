@@ -42,6 +42,8 @@ fn expected_step(k: &Key, committed: bool) -> Step {
         "create" => Step::Create,
         "write" => Step::Write,
         "chmod" => Step::Chmod,
+        "chown" => Step::Chown,
+        "setxattr" => Step::SetXattr,
         "fsync-file" => Step::FsyncFile,
         "fsync-dir" if committed && k.path == "." => Step::FsyncParent,
         "fsync-dir" => Step::FsyncDir,
@@ -371,4 +373,32 @@ fn where_renameat2_flags_are_unsupported_write_and_remove_still_work_by_plain_re
     let err = durable::sync_dir(s.fd(), "target", &new_tree(), &opts(&probe, 1)).unwrap_err();
     assert!(matches!(err, Error::Unsupported { op: "RENAME_NOREPLACE", .. }), "{err:?}");
     assert_eq!(names(s.path()), ["pod.yaml".to_owned()].into());
+}
+
+#[test]
+fn every_failing_step_of_a_sync_that_sets_owners_labels_and_attributes_leaves_old_or_committed_new() {
+    if !rustix::process::geteuid().is_root() {
+        cannot_check("every_failing_step_of_a_sync_that_sets_owners_…: needs root (fchown to other ids)");
+        return;
+    }
+    let setup = |s: &Scratch| {
+        with_old_target(s);
+        let flags = rustix::fs::XattrFlags::empty();
+        let label = b"system_u:object_r:cert_t:s0";
+        rustix::fs::setxattr(s.join("target"), "security.selinux", label, flags).expect("label the target");
+        rustix::fs::setxattr(s.join("target/tls.crt"), "user.origin", b"vendor", flags).expect("user xattr");
+    };
+    let policy = durable::Attrs {
+        owner: durable::IdRule::Id(1000),
+        group: durable::IdRule::Id(1000),
+        xattrs: true,
+        ..durable::Attrs::default()
+    };
+    let run = |s: &Scratch, o: &Options<'_>| {
+        durable::sync_dir(s.fd(), "target", &new_tree(), &Options { attrs: &policy, ..*o }).map(drop)
+    };
+    let case =
+        Case { setup: &setup, run: &run, target: "target", parent: "", swap: exchange_key(), threads: 4 };
+    let steps = explore(&case);
+    assert!(steps > new_tree().file_count() * 6, "chown and setxattr steps were explored too: {steps}");
 }

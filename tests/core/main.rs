@@ -3,6 +3,7 @@
 mod common;
 
 mod atime;
+mod attrs;
 mod bad_input;
 mod cancel;
 mod cli;

@@ -5,8 +5,9 @@
 //!
 //! Checks on each recovered state:
 //! - recovery succeeded and no durasync leftover remains anywhere;
-//! - the target is byte-for-byte (names, bytes, modes) the old or the new
-//!   tree; at the success point (the end of the trace, where the call
+//! - the target is byte-for-byte (names, bytes, modes, owners, the
+//!   `security.selinux` and `user.*` attributes) the old or the new tree; at
+//!   the success point (the end of the trace, where the call
 //!   returned `Ok`) only the new one;
 //! - the entries a scenario says must be untouched are;
 //! - with a kept previous ([`Prev`]): at most one valid previous of the

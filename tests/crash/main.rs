@@ -4,6 +4,7 @@
 //!
 //! `cargo test -p durasync --test crash -- --nocapture` prints the numbers.
 
+mod attrs;
 mod explorer;
 mod keep;
 mod ledger;

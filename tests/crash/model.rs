@@ -1,11 +1,15 @@
 //! The weak persistence model the crash explorer replays traces into.
 //!
 //! Deliberately weaker than any real file system:
-//! - a file's data and mode are durable only after fsync of that file; until
-//!   then a crash may bring back its durable version or any later version
-//!   (data and mode chosen independently), and a file created since its last
-//!   fsync comes back with its durable contents — empty — and its creation mode;
-//! - a directory's entries (and its mode) are durable only after fsync of that
+//! - a file's data and metadata (mode, owner, group, extended attributes)
+//!   are durable only after fsync of that file; until then a crash may bring
+//!   back its durable version or any later version (data and metadata chosen
+//!   independently; the metadata as it was after some `chmod`, `chown` or
+//!   `setxattr`), and a file created since its last fsync comes back with its
+//!   durable contents — empty — and its creation mode, the process's owner
+//!   and group and no extended attributes;
+//! - a directory's entries (and its metadata, as for a file) are durable
+//!   only after fsync of that
 //!   directory; until then a crash keeps its last-fsynced entries plus **any
 //!   subset** of the later changes, applied in their order (subsets, not just
 //!   prefixes: no ordering between changes of one directory is assumed, which
@@ -57,6 +61,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use durasync::durable::names::{LOCK_NAME, keep_name, parse_keep};
+use rustix::fs::XattrFlags;
 
 use crate::trace::ROp;
 
@@ -71,18 +76,73 @@ const CREATE_MODE: u32 = 0o600;
 /// The mode `mkdirat(0700)` gives under the usual umask.
 const MKDIR_MODE: u32 = 0o700;
 
+/// An inode's owner and group (uid, gid).
+pub type Owner = (u32, u32);
+
+/// The extended attributes of an inode the model follows (see [`modelled`]),
+/// by name.
+pub type Xattrs = BTreeMap<String, Vec<u8>>;
+
+/// Whether the model follows the extended attribute `name`: the SELinux
+/// label and the `user.*` namespace (what durasync sets or carries in the
+/// scenarios). Others (ACLs, `trusted.*`) are neither read nor compared;
+/// nor is the label where SELinux runs ([`selinux_enabled`]): the kernel
+/// then labels every new inode, which the model does not predict.
+pub fn modelled(name: &str) -> bool {
+    (name == "security.selinux" && !selinux_enabled()) || name.starts_with("user.")
+}
+
+/// Whether SELinux runs here (`selinuxfs` mounted), checked once.
+pub fn selinux_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| Path::new("/sys/fs/selinux/enforce").exists())
+}
+
+/// The owner and group of what this process creates: what a new inode has
+/// without `fchown` (0:0 when running as root).
+pub fn process_owner() -> Owner {
+    (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
+}
+
 /// A concrete tree as it sits on disk: what is materialised and compared.
+/// Symbolic links carry no owner or attributes here.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Disk {
-    File { data: Vec<u8>, mode: u32 },
-    Dir { mode: u32, entries: BTreeMap<String, Disk> },
+    File { data: Vec<u8>, mode: u32, owner: Owner, xattrs: Xattrs },
+    Dir { mode: u32, owner: Owner, xattrs: Xattrs, entries: BTreeMap<String, Disk> },
     Link { target: String },
 }
 
 impl Disk {
-    /// An empty directory with `mode`.
+    /// An empty directory with `mode`, the process's owner and no attributes.
     pub fn dir(mode: u32) -> Disk {
-        Disk::Dir { mode, entries: BTreeMap::new() }
+        Disk::Dir { mode, owner: process_owner(), xattrs: Xattrs::new(), entries: BTreeMap::new() }
+    }
+
+    /// A file with `data` and `mode`, the process's owner and no attributes.
+    pub fn file(data: &[u8], mode: u32) -> Disk {
+        Disk::File { data: data.to_vec(), mode, owner: process_owner(), xattrs: Xattrs::new() }
+    }
+
+    /// This file or directory owned by `uid`:`gid`.
+    pub fn owned(mut self, uid: u32, gid: u32) -> Disk {
+        match &mut self {
+            Disk::File { owner, .. } | Disk::Dir { owner, .. } => *owner = (uid, gid),
+            Disk::Link { .. } => panic!("links carry no owner in the model"),
+        }
+        self
+    }
+
+    /// This file or directory with the extended attribute `name` = `value`.
+    pub fn xattr(mut self, name: &str, value: &str) -> Disk {
+        assert!(modelled(name), "the model does not follow {name}");
+        match &mut self {
+            Disk::File { xattrs, .. } | Disk::Dir { xattrs, .. } => {
+                xattrs.insert(name.to_owned(), value.as_bytes().to_vec());
+            }
+            Disk::Link { .. } => panic!("links carry no attributes in the model"),
+        }
+        self
     }
 
     /// Insert `node` at the relative path `path`, creating missing
@@ -136,26 +196,52 @@ impl Disk {
         }
     }
 
-    /// A one-line description: `{a:"x"(5B)644, sub/:755{...}}`.
+    /// A one-line description: `755{a="x":644, big=40B:600@1000:1000[user.k=v]}`;
+    /// the owner (`@uid:gid`) and the attributes (`[name=value, …]`) only
+    /// where they are not the defaults (the process's owner, none).
     pub fn describe(&self) -> String {
         match self {
-            Disk::File { data, mode } => {
+            Disk::File { data, mode, owner, xattrs } => {
                 let shown = if data.len() <= 12 {
                     format!("{:?}", String::from_utf8_lossy(data))
                 } else {
                     format!("{}B", data.len())
                 };
-                format!("{shown}:{mode:o}")
+                format!("{shown}:{mode:o}{}", describe_meta(*owner, xattrs))
             }
             Disk::Link { target } => format!("->{target}"),
-            Disk::Dir { mode, entries } => {
+            Disk::Dir { mode, owner, xattrs, entries } => {
                 let inner: Vec<String> = entries
                     .iter()
                     .map(|(n, c)| format!("{}={}", crate::trace::short(n), c.describe()))
                     .collect();
-                format!("{mode:o}{{{}}}", inner.join(", "))
+                format!("{mode:o}{}{{{}}}", describe_meta(*owner, xattrs), inner.join(", "))
             }
         }
+    }
+}
+
+/// `@uid:gid` unless the process's, then `[name=value, …]` unless none.
+fn describe_meta(owner: Owner, xattrs: &Xattrs) -> String {
+    let mut out = String::new();
+    if owner != process_owner() {
+        out.push_str(&format!("@{}:{}", owner.0, owner.1));
+    }
+    if !xattrs.is_empty() {
+        let shown: Vec<String> = xattrs.iter().map(|(n, v)| format!("{n}={}", show_value(v))).collect();
+        out.push_str(&format!("[{}]", shown.join(", ")));
+    }
+    out
+}
+
+/// An attribute's value for messages: its text when short and printable
+/// (a label, a small `user.*` value), else its length.
+pub fn show_value(value: &[u8]) -> String {
+    // A label as the kernel returns it may end in a NUL.
+    let text = value.strip_suffix(&[0]).unwrap_or(value);
+    match std::str::from_utf8(text) {
+        Ok(t) if t.len() <= 40 && t.chars().all(|c| c.is_ascii_graphic()) => t.to_owned(),
+        _ => format!("({} B)", value.len()),
     }
 }
 
@@ -164,11 +250,12 @@ pub fn describe(node: Option<&Disk>) -> String {
     node.map_or_else(|| "missing".to_owned(), Disk::describe)
 }
 
-/// Read a real directory tree (names, bytes, modes, link targets; no
-/// following of links).
+/// Read a real directory tree (names, bytes, modes, owners, the
+/// [`modelled`] extended attributes, link targets; no following of links).
 pub fn snapshot(path: &Path) -> Disk {
     let meta = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
     let mode = meta.permissions().mode() & 0o7777;
+    let owner = (meta.uid(), meta.gid());
     let ft = meta.file_type();
     if ft.is_symlink() {
         let target = std::fs::read_link(path).expect("readlink");
@@ -183,23 +270,70 @@ pub fn snapshot(path: &Path) -> Disk {
             real.push((name, valid, entry.path()));
         }
         let entries = canonical_keeps(real).into_iter().map(|(name, p)| (name, snapshot(&p))).collect();
-        Disk::Dir { mode, entries }
+        Disk::Dir { mode, owner, xattrs: read_xattrs(path), entries }
     } else {
         assert!(ft.is_file(), "{}: unexpected file type (mode {:o})", path.display(), meta.mode());
-        Disk::File { data: std::fs::read(path).expect("read file"), mode }
+        Disk::File { data: std::fs::read(path).expect("read file"), mode, owner, xattrs: read_xattrs(path) }
     }
 }
 
-/// Write `node` at `path` (which must not exist). Directory modes are set
-/// after their contents, so a read-only directory can still be filled.
+/// The [`modelled`] extended attributes of the file or directory at `path`
+/// (`lgetxattr`: never through a link). None on a file system without them.
+fn read_xattrs(path: &Path) -> Xattrs {
+    let mut list = vec![0u8; 64 << 10];
+    let n = match rustix::fs::llistxattr(path, &mut list[..]) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::OPNOTSUPP) => return Xattrs::new(),
+        Err(e) => panic!("listxattr {}: {e}", path.display()),
+    };
+    let mut out = Xattrs::new();
+    for raw in list[..n].split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let name = String::from_utf8(raw.to_vec()).expect("a UTF-8 attribute name");
+        if !modelled(&name) {
+            continue;
+        }
+        let mut value = vec![0u8; 64 << 10];
+        match rustix::fs::lgetxattr(path, name.as_str(), &mut value[..]) {
+            Ok(len) => {
+                value.truncate(len);
+                out.insert(name, value);
+            }
+            // Removed between the list and the read: not there.
+            Err(rustix::io::Errno::NODATA) => {}
+            Err(e) => panic!("getxattr {} {name}: {e}", path.display()),
+        }
+    }
+    out
+}
+
+/// Give the file or directory at `path` (created by this process) `owner`
+/// and `xattrs`: `lchown` only where the owner is not the process's (so a
+/// tree with default owners needs no privilege), then one `lsetxattr` each.
+/// Before its mode: a change of owner clears setuid and setgid bits.
+fn set_meta(path: &Path, owner: Owner, xattrs: &Xattrs) {
+    if owner != process_owner() {
+        std::os::unix::fs::lchown(path, Some(owner.0), Some(owner.1))
+            .unwrap_or_else(|e| panic!("chown {} to {}:{}: {e}", path.display(), owner.0, owner.1));
+    }
+    for (name, value) in xattrs {
+        rustix::fs::lsetxattr(path, name.as_str(), value, XattrFlags::empty())
+            .unwrap_or_else(|e| panic!("setxattr {} {name}: {e}", path.display()));
+    }
+}
+
+/// Write `node` at `path` (which must not exist). Owners, attributes and
+/// then modes are set after the contents (a directory's after its entries),
+/// so a read-only directory can still be filled; setting an owner other
+/// than the process's needs root.
 pub fn materialise(node: &Disk, path: &Path) {
     match node {
-        Disk::File { data, mode } => {
+        Disk::File { data, mode, owner, xattrs } => {
             std::fs::write(path, data).expect("write file");
+            set_meta(path, *owner, xattrs);
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode)).expect("chmod file");
         }
         Disk::Link { target } => std::os::unix::fs::symlink(target, path).expect("symlink"),
-        Disk::Dir { mode, entries } => {
+        Disk::Dir { mode, owner, xattrs, entries } => {
             std::fs::create_dir(path).expect("mkdir");
             for (name, child) in entries {
                 materialise(child, &path.join(name));
@@ -209,6 +343,7 @@ pub fn materialise(node: &Disk, path: &Path) {
                     std::fs::rename(path.join(name), path.join(keep_name(ino, target))).expect("rename keep");
                 }
             }
+            set_meta(path, *owner, xattrs);
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode)).expect("chmod dir");
         }
     }
@@ -270,19 +405,35 @@ enum Kind {
 /// One change of a directory's entries: every name it sets, atomically.
 type Change = Vec<(String, Option<Ino>)>;
 
+/// An inode's metadata: one version of it, as after one `chmod`, `chown`
+/// or `setxattr`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Meta {
+    mode: u32,
+    owner: Owner,
+    xattrs: Xattrs,
+}
+
+impl Meta {
+    /// What a new inode gets: `mode`, the process's owner, no attributes.
+    fn new(mode: u32) -> Meta {
+        Meta { mode, owner: process_owner(), xattrs: Xattrs::new() }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Inode {
     kind: Kind,
     /// File data: `[durable, later versions...]`.
     data: Vec<Vec<u8>>,
-    /// Mode: `[durable, later versions...]`.
-    modes: Vec<u32>,
+    /// Metadata: `[durable, later versions...]`.
+    metas: Vec<Meta>,
     /// Directory entries as of the last fsync.
     entries: BTreeMap<String, Ino>,
     /// Changes since the last fsync, in order.
     changes: Vec<Change>,
     /// After a failed fsync: what the running system sees (entries, data,
-    /// mode) as of that failure, which no crash state will ever show.
+    /// metadata) as of that failure, which no crash state will ever show.
     lost: Option<Lost>,
 }
 
@@ -291,15 +442,15 @@ struct Inode {
 struct Lost {
     entries: BTreeMap<String, Ino>,
     data: Vec<u8>,
-    mode: u32,
+    meta: Meta,
 }
 
 impl Inode {
-    fn new(kind: Kind, mode: u32) -> Inode {
+    fn new(kind: Kind, meta: Meta) -> Inode {
         Inode {
             kind,
             data: vec![Vec::new()],
-            modes: vec![mode],
+            metas: vec![meta],
             entries: BTreeMap::new(),
             changes: Vec::new(),
             lost: None,
@@ -314,17 +465,24 @@ impl Inode {
         }
     }
 
-    /// The mode the running system sees.
-    fn visible_mode(&self) -> u32 {
-        match (&self.lost, self.modes.len()) {
-            (Some(lost), 1) => lost.mode,
-            _ => *self.modes.last().expect("mode"),
+    /// The metadata the running system sees.
+    fn visible_meta(&self) -> &Meta {
+        match (&self.lost, self.metas.len()) {
+            (Some(lost), 1) => &lost.meta,
+            _ => self.metas.last().expect("meta"),
         }
+    }
+
+    /// A new version of the metadata: the visible one changed by `change`.
+    fn change_meta(&mut self, change: impl FnOnce(&mut Meta)) {
+        let mut meta = self.visible_meta().clone();
+        change(&mut meta);
+        self.metas.push(meta);
     }
 
     /// Whether anything of this inode is not durable yet.
     fn has_pending(&self) -> bool {
-        !self.changes.is_empty() || self.data.len() > 1 || self.modes.len() > 1
+        !self.changes.is_empty() || self.data.len() > 1 || self.metas.len() > 1
     }
 
     fn current_entries(&self) -> BTreeMap<String, Ino> {
@@ -364,6 +522,19 @@ pub enum IOp {
     Chmod {
         ino: Ino,
         mode: u32,
+    },
+    /// `fchown` (`None`: that id stays).
+    Chown {
+        ino: Ino,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    },
+    /// `fsetxattr` of one attribute (one the model does not follow, see
+    /// [`modelled`], changes nothing it compares).
+    SetXattr {
+        ino: Ino,
+        name: String,
+        value: Vec<u8>,
     },
     /// fsync of a file or directory inode.
     Fsync {
@@ -442,10 +613,14 @@ impl Model {
         let ino = self.next;
         self.next += 1;
         let inode = match node {
-            Disk::File { data, mode } => Inode { data: vec![data.clone()], ..Inode::new(Kind::File, *mode) },
-            Disk::Link { target } => Inode::new(Kind::Link(target.clone()), 0o777),
-            Disk::Dir { mode, entries } => {
-                let mut inode = Inode::new(Kind::Dir, *mode);
+            Disk::File { data, mode, owner, xattrs } => {
+                let meta = Meta { mode: *mode, owner: *owner, xattrs: xattrs.clone() };
+                Inode { data: vec![data.clone()], ..Inode::new(Kind::File, meta) }
+            }
+            Disk::Link { target } => Inode::new(Kind::Link(target.clone()), Meta::new(0o777)),
+            Disk::Dir { mode, owner, xattrs, entries } => {
+                let meta = Meta { mode: *mode, owner: *owner, xattrs: xattrs.clone() };
+                let mut inode = Inode::new(Kind::Dir, meta);
                 for (name, child) in entries {
                     let c = self.add(child);
                     inode.entries.insert(name.clone(), c);
@@ -512,6 +687,10 @@ impl Model {
             }
             ROp::Write { path, data } => IOp::Write { ino: self.must(path, rop), data: data.clone() },
             ROp::Chmod { path, mode } => IOp::Chmod { ino: self.must(path, rop), mode: *mode },
+            ROp::Chown { path, uid, gid } => IOp::Chown { ino: self.must(path, rop), uid: *uid, gid: *gid },
+            ROp::SetXattr { path, name, value } => {
+                IOp::SetXattr { ino: self.must(path, rop), name: name.clone(), value: value.clone() }
+            }
             ROp::FsyncFile { path } | ROp::FsyncDir { path } => IOp::Fsync { ino: self.must(path, rop) },
             ROp::FsyncFail { path } => IOp::FsyncFail { ino: self.must(path, rop) },
             // The fd's directory must exist; what is flushed is everything.
@@ -565,16 +744,37 @@ impl Model {
                     self.keeps.insert((*dir, name.clone()), *target);
                 }
                 let inode = if *is_dir {
-                    Inode::new(Kind::Dir, MKDIR_MODE)
+                    Inode::new(Kind::Dir, Meta::new(MKDIR_MODE))
                 } else {
-                    Inode::new(Kind::File, CREATE_MODE)
+                    Inode::new(Kind::File, Meta::new(CREATE_MODE))
                 };
                 self.inodes.insert(*ino, inode);
                 self.next = self.next.max(ino + 1);
                 self.inode(*dir).changes.push(vec![(name.clone(), Some(*ino))]);
             }
             IOp::Write { ino, data } => self.inode(*ino).data.push(data.clone()),
-            IOp::Chmod { ino, mode } => self.inode(*ino).modes.push(*mode),
+            IOp::Chmod { ino, mode } => self.inode(*ino).change_meta(|m| m.mode = *mode),
+            IOp::Chown { ino, uid, gid } => {
+                let inode = self.inode(*ino);
+                let is_dir = matches!(inode.kind, Kind::Dir);
+                inode.change_meta(|m| {
+                    m.owner = (uid.unwrap_or(m.owner.0), gid.unwrap_or(m.owner.1));
+                    // As Linux does, for root too: a chown clears setuid, and
+                    // setgid with group execute, of anything but a directory.
+                    if !is_dir {
+                        m.mode &= !0o4000;
+                        if m.mode & 0o010 != 0 {
+                            m.mode &= !0o2000;
+                        }
+                    }
+                });
+            }
+            IOp::SetXattr { ino, name, value } if modelled(name) => {
+                self.inode(*ino).change_meta(|m| {
+                    m.xattrs.insert(name.clone(), value.clone());
+                });
+            }
+            IOp::SetXattr { .. } => {}
             IOp::Fsync { ino } => {
                 let inode = self.inode(*ino);
                 // Only what changed since the last (failed or not) fsync persists.
@@ -587,8 +787,8 @@ impl Model {
                         apply(&mut lost.entries, change);
                     }
                 }
-                // Data or a mode written since the last fsync is durable now
-                // (and is what the running system sees, lost or not).
+                // Data or metadata written since the last fsync is durable
+                // now (and is what the running system sees, lost or not).
                 if inode.data.len() > 1 {
                     let data = inode.data.pop().expect("data");
                     if let Some(lost) = &mut inode.lost {
@@ -596,22 +796,22 @@ impl Model {
                     }
                     inode.data = vec![data];
                 }
-                if inode.modes.len() > 1 {
-                    let mode = inode.modes.pop().expect("mode");
+                if inode.metas.len() > 1 {
+                    let meta = inode.metas.pop().expect("meta");
                     if let Some(lost) = &mut inode.lost {
-                        lost.mode = mode;
+                        lost.meta = meta.clone();
                     }
-                    inode.modes = vec![mode];
+                    inode.metas = vec![meta];
                 }
             }
             IOp::FsyncFail { ino } => {
                 let inode = self.inode(*ino);
                 let entries = inode.current_entries();
-                let (data, mode) = (inode.visible_data().clone(), inode.visible_mode());
+                let (data, meta) = (inode.visible_data().clone(), inode.visible_meta().clone());
                 inode.changes.clear();
                 inode.data.truncate(1);
-                inode.modes.truncate(1);
-                inode.lost = Some(Lost { entries, data, mode });
+                inode.metas.truncate(1);
+                inode.lost = Some(Lost { entries, data, meta });
             }
             IOp::SyncFs => {
                 let mut all: Vec<Ino> = self.inodes.keys().copied().collect();
@@ -648,12 +848,14 @@ impl Model {
 
     fn current_of(&self, ino: Ino) -> Disk {
         let inode = &self.inodes[&ino];
-        let mode = inode.visible_mode();
+        let Meta { mode, owner, xattrs } = inode.visible_meta().clone();
         match &inode.kind {
-            Kind::File => Disk::File { data: inode.visible_data().clone(), mode },
+            Kind::File => Disk::File { data: inode.visible_data().clone(), mode, owner, xattrs },
             Kind::Link(t) => Disk::Link { target: t.clone() },
             Kind::Dir => Disk::Dir {
                 mode,
+                owner,
+                xattrs,
                 entries: self
                     .canonical(ino, inode.current_entries())
                     .into_iter()
@@ -697,7 +899,7 @@ impl Model {
         }
         assert!(stack.insert(ino), "model: directory cycle through inode {ino}");
         let inode = &self.inodes[&ino];
-        let modes: BTreeSet<u32> = inode.modes.iter().copied().collect();
+        let metas: BTreeSet<&Meta> = inode.metas.iter().collect();
         let mut out: BTreeSet<Disk> = BTreeSet::new();
         match &inode.kind {
             Kind::Link(t) => {
@@ -714,8 +916,9 @@ impl Model {
                     datas.insert(vec![0; n]);
                 }
                 for data in datas {
-                    for &mode in &modes {
-                        out.insert(Disk::File { data: data.clone(), mode });
+                    for m in &metas {
+                        let (mode, owner, xattrs) = (m.mode, m.owner, m.xattrs.clone());
+                        out.insert(Disk::File { data: data.clone(), mode, owner, xattrs });
                     }
                 }
             }
@@ -736,9 +939,10 @@ impl Model {
                         }
                         partial = sample(next, stats);
                     }
-                    for &mode in &modes {
+                    for m in &metas {
                         for p in &partial {
-                            out.insert(Disk::Dir { mode, entries: p.clone() });
+                            let (mode, owner, xattrs) = (m.mode, m.owner, m.xattrs.clone());
+                            out.insert(Disk::Dir { mode, owner, xattrs, entries: p.clone() });
                         }
                     }
                 }
@@ -856,6 +1060,27 @@ mod tests {
                 e
             })
             .collect()
+    }
+
+    #[test]
+    fn owner_and_attributes_are_durable_only_after_the_inodes_fsync() {
+        let mut root = Disk::dir(0o755);
+        root.insert("f", Disk::file(b"f", 0o644));
+        let mut m = Model::from_disk(&root);
+        let f = m.resolve("f").expect("f");
+        m.apply(&IOp::Chown { ino: f, uid: Some(7), gid: None });
+        m.apply(&IOp::SetXattr { ino: f, name: "user.a".into(), value: b"1".to_vec() });
+        // Not followed by the model: no version of its own.
+        m.apply(&IOp::SetXattr { ino: f, name: "trusted.b".into(), value: b"2".to_vec() });
+        let owned = Disk::file(b"f", 0o644).owned(7, process_owner().1);
+        let labelled = owned.clone().xattr("user.a", "1");
+        let files = |m: &Model| -> BTreeSet<Disk> {
+            let mut stats = EnumStats::default();
+            m.crash_states(&mut stats).iter().map(|s| s.get("f").expect("f").clone()).collect()
+        };
+        assert_eq!(files(&m), BTreeSet::from([Disk::file(b"f", 0o644), owned, labelled.clone()]));
+        m.apply(&IOp::Fsync { ino: f });
+        assert_eq!(files(&m), BTreeSet::from([labelled]));
     }
 
     #[test]

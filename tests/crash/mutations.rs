@@ -1,7 +1,9 @@
 //! Mutation checks: break the recorded sequence on purpose and make sure the
 //! explorer sees it. Each fsync is dropped in turn, and the swap is moved
 //! before the fsync that must precede it (the staging directory's for a
-//! sync, the temporary file's for a single-file write). Every mutation must
+//! sync, the temporary file's for a single-file write); under an owner and
+//! label policy, each `chown` and `setxattr` is moved after the flush that
+//! must follow it (its inode's fsync, or the syncfs) and dropped. Every mutation must
 //! produce a violating crash state; one that goes unnoticed fails the test,
 //! because it means that step is not needed or the explorer is blind.
 
@@ -49,20 +51,59 @@ fn mutations(sc: &Scenario, before_swap: Option<&str>) -> Vec<Mutation> {
     out
 }
 
+/// Every `chown` and `setxattr` of `sc` moved right after the first flush
+/// that covers its inode (the next fsync of its path, or a syncfs), and
+/// every one dropped.
+fn attr_mutations(sc: &Scenario) -> Vec<Mutation> {
+    let mut out = Vec::new();
+    for (i, step) in sc.steps.iter().enumerate() {
+        let path = match &step.rop {
+            ROp::Chown { path, .. } | ROp::SetXattr { path, .. } => path,
+            _ => continue,
+        };
+        let flush = i
+            + 1
+            + sc.steps[i + 1..]
+                .iter()
+                .position(|s| match &s.rop {
+                    ROp::FsyncFile { path: p } | ROp::FsyncDir { path: p } => p == path,
+                    ROp::Syncfs { .. } => true,
+                    _ => false,
+                })
+                .unwrap_or_else(|| panic!("{}: `{}` is never flushed", sc.name, step.what));
+        // The step keeps its inode (lowered in trace order), wherever it goes.
+        let mut steps = sc.steps.clone();
+        let moved = steps.remove(i);
+        let name = format!("move `{}` after `{}`", moved.what, sc.steps[flush].what);
+        steps.insert(flush, moved);
+        out.push(Mutation { name, steps });
+        let mut steps = sc.steps.clone();
+        steps.remove(i);
+        out.push(Mutation { name: format!("drop op {} `{}`", i + 1, step.what), steps });
+    }
+    out
+}
+
 /// Explore every mutation of `sc`; print each with its first violating
 /// crash point; fail if the original trace has a violation or if any
 /// mutation has none.
 fn check_mutations(ex: &mut Explorer, sc: &Scenario, before_swap: Option<&str>) {
-    let base = ex.explore(sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
-    assert!(base.violations.is_empty(), "{}: the unmutated trace fails: {}", sc.name, base.violations[0]);
     let muts = mutations(sc, before_swap);
     let fsyncs = sc.steps.iter().filter(|s| matches!(s.op, IOp::Fsync { .. } | IOp::SyncFs)).count();
     assert_eq!(muts.len(), fsyncs + usize::from(before_swap.is_some()));
+    check_all(ex, sc, &muts);
+}
+
+/// Explore the unmutated trace of `sc` (it must hold) and each of `muts`
+/// (each must be caught).
+fn check_all(ex: &mut Explorer, sc: &Scenario, muts: &[Mutation]) {
+    let base = ex.explore(sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+    assert!(base.violations.is_empty(), "{}: the unmutated trace fails: {}", sc.name, base.violations[0]);
     let mut unnoticed = Vec::new();
     let mut states = 0;
     let before = ex.materialised;
     let start = std::time::Instant::now();
-    for m in &muts {
+    for m in muts {
         let out = ex.explore(sc, &m.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
         states += out.stats.states;
         match out.violations.first() {
@@ -227,5 +268,49 @@ fn the_commit_fsync_of_a_revert_is_needed_and_comes_before_removing_the_replaced
             steps.push(moved);
             check_caught(&mut ex, &sc, "remove the replaced tree before the commit fsync", &steps);
         }
+    }
+}
+
+/// Explore every `chown` and `setxattr` of `sc` moved after its flush and
+/// dropped (`set` of them in the trace): each must be caught.
+fn check_attr_mutations(ex: &mut Explorer, sc: &Scenario, set: usize) {
+    let muts = attr_mutations(sc);
+    assert_eq!(muts.len(), 2 * set, "{}: each chown and setxattr, moved and dropped", sc.name);
+    check_all(ex, sc, &muts);
+}
+
+#[test]
+fn every_chown_and_setxattr_before_the_fsyncs_of_a_sync_under_an_owner_and_label_policy_is_needed() {
+    if let Some(why) = crate::attrs::cannot_set_attrs() {
+        return crate::cannot_check(why);
+    }
+    let mut ex = Explorer::new();
+    let sc = crate::attrs::full_sync(&mut ex);
+    // Owner, label and `user.*` attribute of the target, `sub` and the
+    // rewritten `x` and `sub/z`; owner and label of the new `a` and `sub/n`.
+    check_attr_mutations(&mut ex, &sc, 3 + 3 + 3 + 3 + 2 + 2);
+}
+
+#[test]
+fn every_chown_and_setxattr_before_the_syncfs_of_a_sync_under_an_owner_and_label_policy_is_needed() {
+    if let Some(why) = crate::attrs::cannot_set_attrs() {
+        return crate::cannot_check(why);
+    }
+    let mut ex = Explorer::new();
+    let sc = crate::attrs::syncfs_sync(&mut ex);
+    // The target's and `x`'s owner, label and `user.*` attribute; `a`'s owner and label.
+    check_attr_mutations(&mut ex, &sc, 3 + 3 + 2);
+}
+
+#[test]
+fn every_chown_and_setxattr_before_the_fsync_of_one_file_under_an_owner_and_label_policy_is_needed() {
+    if let Some(why) = crate::attrs::cannot_set_attrs() {
+        return crate::cannot_check(why);
+    }
+    let mut ex = Explorer::new();
+    // A one-file change (the fast path) and a single-file write.
+    for sc in [crate::attrs::one_file(&mut ex), crate::attrs::write_replace(&mut ex)] {
+        // The new file's owner, label and `user.*` attribute.
+        check_attr_mutations(&mut ex, &sc, 3);
     }
 }

@@ -16,7 +16,7 @@ const RECOVERY_CRASHES: usize = 12;
 
 /// A file node.
 pub fn file(data: &str, mode: u32) -> Disk {
-    Disk::File { data: data.as_bytes().to_vec(), mode }
+    Disk::file(data.as_bytes(), mode)
 }
 
 /// A directory with `mode` holding `files` at relative paths (implied
@@ -36,7 +36,7 @@ pub fn to_tree(node: &Disk) -> durable::Tree {
         for (name, child) in entries {
             let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
             match child {
-                Disk::File { data, mode } => tree.add_file(&path, data.clone(), *mode).expect("add file"),
+                Disk::File { data, mode, .. } => tree.add_file(&path, data.clone(), *mode).expect("add file"),
                 Disk::Dir { mode, .. } => {
                     tree.add_dir(&path, *mode).expect("add dir");
                     add(tree, &path, child);
@@ -138,6 +138,8 @@ fn rename_paths(op: ROp, renames: &std::collections::HashMap<String, String>) ->
         ROp::Create { path } => ROp::Create { path: r(path) },
         ROp::Write { path, data } => ROp::Write { path: r(path), data },
         ROp::Chmod { path, mode } => ROp::Chmod { path: r(path), mode },
+        ROp::Chown { path, uid, gid } => ROp::Chown { path: r(path), uid, gid },
+        ROp::SetXattr { path, name, value } => ROp::SetXattr { path: r(path), name, value },
         ROp::FsyncFile { path } => ROp::FsyncFile { path: r(path) },
         ROp::FsyncDir { path } => ROp::FsyncDir { path: r(path) },
         ROp::FsyncFail { path } => ROp::FsyncFail { path: r(path) },
@@ -180,7 +182,7 @@ fn point_after_last(sc: &Scenario, pred: impl Fn(&ROp) -> bool) -> usize {
 /// Assert the commit window: the new target appears no earlier than right
 /// after the swap, and is the only possibility from right after the commit
 /// fsync of `commit_dir`.
-fn assert_commit_window(sc: &Scenario, out: &Outcome, commit_dir: &str) {
+pub fn assert_commit_window(sc: &Scenario, out: &Outcome, commit_dir: &str) {
     let swap = point_after_last(sc, |op| {
         op.is_swap() || matches!(op, ROp::Unlink { path } if path == &sc.expect.target)
     });

@@ -456,7 +456,7 @@ fn strace_of_a_file_write_matches_the_explored_sequence_for_a_create_and_a_repla
             assert!(out.violations.is_empty(), "{}: {}", sc.name, out.violations[0]);
             sc.steps.iter().map(|s| s.rop.clone()).collect()
         };
-        let Some(Disk::File { data, mode }) = sc.expect.new.clone() else { panic!("a file") };
+        let Some(Disk::File { data, mode, .. }) = sc.expect.new.clone() else { panic!("a file") };
         let work =
             tempfile::Builder::new().prefix("crash-strace-").tempdir_in(crate::tmp_base()).expect("tempdir");
         let parent = work.path().join("p");
@@ -695,4 +695,143 @@ fn strace_of_a_revert_shows_the_exchange_then_the_parent_fsync_and_no_removal_be
 fn entries(d: &Disk) -> &std::collections::BTreeMap<String, Disk> {
     let Disk::Dir { entries, .. } = d else { panic!("a directory") };
     entries
+}
+
+/// The calls that give a staged inode its owner, label and attributes, and
+/// those that make it durable or swap it in.
+const TRACED_ATTRS: &str = "trace=fchown,fsetxattr,fchmod,fsync,syncfs,rename,renameat,renameat2";
+
+/// Check, on a traced run, that every inode fsynced before the swap (and
+/// with `syncfs`, every inode given attributes) got its owner (`fchown`
+/// to `ids`) and its label (`fsetxattr security.selinux`) before its fsync
+/// (or the syncfs) and before its last `fchmod`, and all of it before the
+/// swap. Returns how many inodes were checked.
+fn assert_attrs_before_fsync(calls: &[Call], ids: &str, what: &str) -> usize {
+    let swap = calls
+        .iter()
+        .position(|c| c.name.starts_with("rename"))
+        .unwrap_or_else(|| panic!("{what}: no rename in {calls:#?}"));
+    let syncfs = calls[..swap].iter().position(|c| c.name == "syncfs");
+    let first_call = |name: &str, path: &str, extra: &str| {
+        calls[..swap]
+            .iter()
+            .position(|c| c.name == name && fd_path(&c.args) == path && c.args.contains(extra))
+    };
+    let mut inodes: Vec<String> = calls[..swap]
+        .iter()
+        .filter(|c| c.name == "fsync" || (syncfs.is_some() && c.name == "fchown"))
+        .map(|c| fd_path(&c.args))
+        .collect();
+    inodes.sort();
+    inodes.dedup();
+    // The parent's fsync of a lock or a mark is not an inode of the new tree.
+    inodes.retain(|p| {
+        p.contains(".durasync-stage") || p.contains(".durasync-tmp") || p.contains(".durasync-keep")
+    });
+    assert!(!inodes.is_empty(), "{what}: no staged inode fsynced: {calls:#?}");
+    for path in &inodes {
+        let durable_at = match syncfs {
+            Some(at) => at,
+            None => first_call("fsync", path, "").expect("fsynced"),
+        };
+        let chown = first_call("fchown", path, &format!(", {ids}"))
+            .unwrap_or_else(|| panic!("{what}: {path} never got the owner {ids}"));
+        let label = first_call("fsetxattr", path, "\"security.selinux\"")
+            .unwrap_or_else(|| panic!("{what}: {path} never got its label"));
+        assert!(
+            chown < durable_at && label < durable_at,
+            "{what}: {path}: owner and label before it is made durable"
+        );
+        let last_chmod = calls[..swap].iter().rposition(|c| c.name == "fchmod" && fd_path(&c.args) == *path);
+        if let Some(chmod) = last_chmod {
+            assert!(chown < chmod, "{what}: {path}: the owner before the mode (chown clears setuid)");
+        }
+    }
+    inodes.len()
+}
+
+/// A target labelled as an SELinux host labels it, and a source changing it.
+fn labelled(work: &Path) -> (PathBuf, PathBuf) {
+    let (target, src) = (work.join("p/t"), work.join("src"));
+    for (dir, files) in [(&target, ["a", "sub/b", "c"]), (&src, ["a", "sub/b", "n"])] {
+        for f in files {
+            let path = dir.join(f);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&path, format!("{f} in {}", dir.display())).expect("write");
+        }
+    }
+    let flags = rustix::fs::XattrFlags::empty();
+    for (rel, label) in [
+        ("", "u:object_r:etc_t:s0"),
+        ("a", "u:object_r:cert_t:s0"),
+        ("sub", "u:object_r:sub_t:s0"),
+        ("sub/b", "u:object_r:sub_t:s0"),
+    ] {
+        rustix::fs::setxattr(target.join(rel), "security.selinux", label.as_bytes(), flags).expect("label");
+    }
+    (target, src)
+}
+
+#[test]
+fn strace_shows_every_staged_inode_gets_its_owner_and_label_before_its_fsync() {
+    if !strace_available() {
+        return;
+    }
+    if !rustix::process::geteuid().is_root() {
+        crate::cannot_check("strace of owners and labels: needs root (fchown, security.selinux)");
+        return;
+    }
+    for flush in ["fsync", "syncfs"] {
+        let work =
+            tempfile::Builder::new().prefix("crash-strace-").tempdir_in(crate::tmp_base()).expect("tempdir");
+        let (target, src) = labelled(work.path());
+        let args: Vec<&Path> = ["sync", target.to_str().unwrap(), "--from", src.to_str().unwrap()]
+            .into_iter()
+            .chain(["--owner", "1000", "--group", "1001", "--preserve", "xattrs", "--flush", flush])
+            .map(Path::new)
+            .collect();
+        let calls = strace_with(work.path(), &args, TRACED_ATTRS);
+        // a, sub/b and n; sub; the staging root.
+        let checked = assert_attrs_before_fsync(&calls, "1000, 1001", &format!("sync --flush {flush}"));
+        println!("[strace] sync --flush {flush}: owner and label before durable on {checked} inodes");
+        assert_eq!(checked, 5, "every staged file and directory: {calls:#?}");
+    }
+
+    // The one-file path and a `write`: the temporary file beside the target.
+    let work =
+        tempfile::Builder::new().prefix("crash-strace-").tempdir_in(crate::tmp_base()).expect("tempdir");
+    let (target, src) = labelled(work.path());
+    run_ok(work.path(), &[Path::new("sync"), &target, Path::new("--from"), &src]);
+    std::fs::write(src.join("a"), "a changed").expect("change a");
+    let one = strace_with(
+        work.path(),
+        &[
+            Path::new("sync"),
+            &target,
+            Path::new("--from"),
+            &src,
+            Path::new("--owner"),
+            Path::new("keep"),
+            Path::new("--group"),
+            Path::new("keep"),
+        ],
+        TRACED_ATTRS,
+    );
+    // Keep: the replaced file's ids (root's, here) and label.
+    assert_eq!(assert_attrs_before_fsync(&one, "0, 0", "one-file sync"), 1);
+    let write = strace_with(
+        work.path(),
+        &[
+            Path::new("write"),
+            &target.join("a"),
+            Path::new("--from"),
+            &src.join("n"),
+            Path::new("--owner"),
+            Path::new("7"),
+            Path::new("--group"),
+            Path::new("8"),
+        ],
+        TRACED_ATTRS,
+    );
+    assert_eq!(assert_attrs_before_fsync(&write, "7, 8", "write"), 1);
 }

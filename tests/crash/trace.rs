@@ -29,6 +29,18 @@ pub enum ROp {
         path: String,
         mode: u32,
     },
+    /// `fchown` (`None`: that id is left as it is).
+    Chown {
+        path: String,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    },
+    /// `fsetxattr` of one extended attribute.
+    SetXattr {
+        path: String,
+        name: String,
+        value: Vec<u8>,
+    },
     FsyncFile {
         path: String,
     },
@@ -88,6 +100,13 @@ impl std::fmt::Display for ROp {
             ROp::Create { path } => write!(f, "create {}", s(path)),
             ROp::Write { path, data } => write!(f, "write {} ({} B)", s(path), data.len()),
             ROp::Chmod { path, mode } => write!(f, "chmod {} {mode:04o}", s(path)),
+            ROp::Chown { path, uid, gid } => {
+                let id = |i: &Option<u32>| i.map_or_else(|| "-".to_owned(), |i| i.to_string());
+                write!(f, "chown {} {}:{}", s(path), id(uid), id(gid))
+            }
+            ROp::SetXattr { path, name, value } => {
+                write!(f, "setxattr {} {name}={}", s(path), crate::model::show_value(value))
+            }
             ROp::FsyncFile { path } => write!(f, "fsync-file {}", s(path)),
             ROp::FsyncDir { path } => write!(f, "fsync-dir {}", s(path)),
             ROp::FsyncFail { path } => write!(f, "FAILED fsync {} (EIO)", s(path)),
@@ -218,6 +237,10 @@ impl Probe for Recorder {
             SysOp::Create { path } => ROp::Create { path: p(path) },
             SysOp::Write { path, data } => ROp::Write { path: p(path), data: data.to_vec() },
             SysOp::Chmod { path, mode } => ROp::Chmod { path: p(path), mode },
+            SysOp::Chown { path, uid, gid } => ROp::Chown { path: p(path), uid, gid },
+            SysOp::SetXattr { path, name, value } => {
+                ROp::SetXattr { path: p(path), name: name.to_owned(), value: value.to_vec() }
+            }
             SysOp::FsyncFile { path } => ROp::FsyncFile { path: p(path) },
             SysOp::FsyncDir { path } => ROp::FsyncDir { path: p(path) },
             SysOp::Syncfs { path } => ROp::Syncfs { path: p(path) },

@@ -279,3 +279,42 @@ fn the_committed_manifest_syncs_the_bundled_example_list() {
     let again = run_manifest(&tmp.path().join("plugin.toml"), &input, &["--root", &certs]);
     assert!(again.ops().iter().all(|o| o.2 == "unchanged"), "{:?}", again.ops());
 }
+
+/// A root's owner, group and label are the operator's: every file and
+/// directory the plugin's sync creates gets them before it is durable,
+/// whatever the plugin asked (it can only choose modes).
+#[test]
+fn a_plugins_files_get_the_roots_owner_group_and_label() {
+    if !rustix::process::geteuid().is_root() {
+        support::cannot_check("a_plugins_files_get_the_roots_owner_group_and_label: needs root (fchown)");
+        return;
+    }
+    let k = Kind::Secret;
+    let f = fixture(&k.config(&["a"], &[]));
+    let label = "system_u:object_r:kubernetes_file_t:s0";
+    let flags = rustix::fs::XattrFlags::empty();
+    if rustix::fs::setxattr(f.root("certs"), "security.selinux", label.as_bytes(), flags).is_err() {
+        support::cannot_check(
+            "a_plugins_files_get_…: the temporary directory's file system refuses security.*",
+        );
+        return;
+    }
+    let manifest = std::fs::read_to_string(f.manifest()).unwrap();
+    let manifest = manifest.replace(
+        "[roots.certs]\npath = \"certs\"\naccess = \"rw\"\n",
+        "[roots.certs]\npath = \"certs\"\naccess = \"rw\"\nowner = \"1000\"\ngroup = \"1001\"\n",
+    );
+    assert!(manifest.contains("owner = \"1000\""), "{manifest}");
+    std::fs::write(f.manifest(), manifest).unwrap();
+    f.run(&list(&[k.object("a", &[("tls.crt", "CRT"), ("tls.key", "KEY")])])).ok();
+    for rel in ["secrets", "secrets/a", "secrets/a/tls.crt", "secrets/a/tls.key"] {
+        let path = f.root("certs").join(rel);
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (1000, 1001), "{rel}");
+        let mut buf = vec![0u8; 256];
+        let n = rustix::fs::lgetxattr(&path, "security.selinux", &mut buf[..])
+            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        assert_eq!(&buf[..n], label.as_bytes(), "{rel}: the label of the root it was created under");
+    }
+    assert_eq!(f.files("certs")["secrets/a/tls.key"], (0o600, b"KEY".to_vec()), "the plugin's mode stays");
+}

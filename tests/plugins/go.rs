@@ -122,6 +122,8 @@ fn with_gos_default_collector_the_same_calls_trap_cannot_leave_component_instanc
                 "{}",
                 done.stderr
             );
+            // The operator's message names the remedy.
+            assert!(done.stderr.contains("helper package \"wit_component/durasync\""), "{}", done.stderr);
             return;
         }
         seen.push((done.status, done.stderr));

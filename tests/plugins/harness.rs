@@ -1,7 +1,7 @@
 //! The language harness (`durasync harness`, `host/src/harness.rs`): the
 //! Python and JavaScript examples' own unit tests, run by their own runners
 //! (CPython's unittest, `node --test`, `go test`) through the shims of
-//! `guest-sdk/python/harness`, `guest-sdk/js/harness` and the Go helper's
+//! `guest-sdk/python/durasync_harness`, `guest-sdk/js/harness` and the Go helper's
 //! `harness.go` (by `durasync-go test`) against the real binary; the Python shim's generated files are what componentize-py
 //! generates from the WIT today.
 
@@ -13,11 +13,12 @@ fn show(out: &Output) -> String {
     format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// `python3 -m unittest discover -s DIR` with the shim, the helper and the
-/// plugin first on the path.
+/// `python3 -m unittest discover -s DIR` with the Python kit's sources
+/// (the helper and `durasync_harness`, which puts its shim first) and the
+/// plugin on the path.
 pub fn python_unit_tests(plugin_dir: &str) -> Output {
     let root = workspace_root();
-    let path = [root.join("guest-sdk/python/harness"), root.join("guest-sdk/python"), root.join(plugin_dir)];
+    let path = [root.join("guest-sdk/python"), root.join(plugin_dir)];
     let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
     Command::new(python)
         .args(["-m", "unittest", "discover", "-v", "-s"])
@@ -102,7 +103,7 @@ fn the_python_shims_generated_files_are_what_componentize_py_generates() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
-    let shim = workspace_root().join("guest-sdk/python/harness");
+    let shim = workspace_root().join("guest-sdk/python/durasync_harness/shim");
     for f in [
         "componentize_py_types.py",
         "wit_world/__init__.py",

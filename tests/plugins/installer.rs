@@ -88,3 +88,25 @@ fn an_incomplete_revision_is_refused_and_nothing_is_written() {
     assert!(done.ops().is_empty());
     assert!(f.files("resources").is_empty() && f.files("manifests").is_empty());
 }
+
+/// The plugin's `info!` reaches the operator's log with no `DURASYNC_LOG`
+/// set, and standard error, a pipe here, carries no colour codes.
+#[test]
+fn the_plugins_info_log_is_shown_by_default_without_colour_codes_on_a_pipe() {
+    let f = fixture(7);
+    let mut cmd = std::process::Command::new(super::support::durasync());
+    cmd.arg("run").arg(f.manifest()).args(["--input", "-"]);
+    cmd.env("XDG_CACHE_HOME", super::shared_cache()).env_remove("DURASYNC_LOG").env_remove("NO_COLOR");
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &list(7)).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let line = stderr.lines().find(|l| l.contains("optional-cm-7: optional, not in the input, skipped"));
+    let line = line.unwrap_or_else(|| panic!("no info line from the plugin: {stderr}"));
+    assert!(line.contains("INFO") && line.contains("plugin=\"installer\""), "{line}");
+    assert!(!stderr.contains('\x1b'), "colour codes on a pipe: {stderr:?}");
+}

@@ -11,6 +11,7 @@ mod harness;
 mod hostile_go;
 mod hostile_python;
 mod installer;
+mod kits;
 mod languages;
 mod pins;
 mod sandbox;

@@ -95,7 +95,7 @@ fn the_default_javascript_build_is_refused_naming_wasi_http_and_the_flag_before_
             "`wasi:http/types@0.2.",
             "`wasi:http/outgoing-handler@0.2.",
             "which this host does not provide",
-            "componentize-js -d http fetch-event",
+            "componentize-js --wit WIT -n plugin -d http fetch-event -o app.wasm app.js",
         ],
     );
 }

@@ -63,3 +63,76 @@ fn compile_refuses_a_wrong_pin_or_a_plugin_the_host_cannot_link_like_run() {
     assert_eq!(out.status.code(), Some(POLICY), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("[method]dir.rename"), "{}", text(&out.stderr));
 }
+
+/// A runtime compiling misses in a child of the real binary, with its cache at `cache`.
+fn out_of_process(cache: &Path, program: PathBuf, args: &[&str]) -> durasync::runtime::Runtime {
+    use durasync::runtime::compiler::OutOfProcess;
+    let mut runtime =
+        durasync::runtime::Runtime::new(&durasync::runtime::CacheConfig::Dir(cache.into())).unwrap();
+    runtime.compile_out_of_process(OutOfProcess {
+        program,
+        args: args.iter().map(Into::into).collect(),
+        timeout: std::time::Duration::from_secs(120),
+    });
+    runtime
+}
+
+#[test]
+fn a_compile_in_a_child_process_stores_an_artifact_this_process_loads_like_its_own() {
+    let f = Fixture::new("noop", "rw", "");
+    let cache = f.path("cache");
+    let manifest = durasync::runtime::Manifest::load(&f.manifest).unwrap();
+    let runtime = out_of_process(&cache, support::durasync(), &["__compile-artifact"]);
+    runtime.load_manifest(&manifest).unwrap();
+    assert_eq!(
+        std::fs::read_dir(&cache)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "cwasm"))
+            .count(),
+        1,
+        "the child stored one artifact"
+    );
+    // An in-process runtime finds it usable: the same engine settings.
+    let in_process =
+        durasync::runtime::Runtime::new(&durasync::runtime::CacheConfig::Dir(cache.clone())).unwrap();
+    let (status, _) = in_process.precompile(&manifest).unwrap();
+    assert_eq!(status, durasync::runtime::CacheStatus::Hit);
+}
+
+#[test]
+fn a_compile_child_that_dies_fails_the_load_with_how_it_ended_and_nothing_is_compiled_here() {
+    let f = Fixture::new("noop", "rw", "");
+    let manifest = durasync::runtime::Manifest::load(&f.manifest).unwrap();
+    for (args, says) in [
+        (vec!["-c", "kill -9 $$"], "killed (SIGKILL: out of memory"),
+        (vec!["-c", "echo 'no room left' >&2; exit 3"], "no room left"),
+        (vec!["-c", "cat >/dev/null; exit 0"], "left no artifact"),
+    ] {
+        let cache = f.path(&format!("cache-{}", says.len()));
+        let runtime = out_of_process(&cache, "/bin/sh".into(), &args);
+        let e = runtime.load_manifest(&manifest).err().expect("the load fails").to_string();
+        assert!(e.contains("compiling noop") && e.contains(says), "{e}");
+        let cwasm = std::fs::read_dir(&cache).map_or(0, |d| {
+            d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "cwasm")).count()
+        });
+        assert_eq!(cwasm, 0, "not compiled in this process instead");
+    }
+}
+
+#[test]
+fn a_compile_child_refuses_bytes_that_are_not_the_pinned_component() {
+    let f = Fixture::new("noop", "rw", "");
+    let artifact = f.path("x.cwasm");
+    let mut child = Command::new(support::durasync())
+        .args(["__compile-artifact", "--sha256", &"0".repeat(64), "--artifact"])
+        .arg(&artifact)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&std::fs::read(f.path("plugin.wasm")).unwrap()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("sha256"), "{}", text(&out.stderr));
+    assert!(!artifact.exists());
+}

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import { openRoot } from "durasync:plugin/fs@0.1.0";
 import { log } from "durasync:plugin/log@0.1.0";
 import * as durasync from "../durasync.js";
-import { HarnessTrap, withHarness } from "../harness/harness.js";
+import { HarnessTrap, withHarness } from "durasync-guest/harness";
 
 const bytes = (...b) => new Uint8Array(b);
 

@@ -5,11 +5,13 @@ quoting and logging (run by tests/plugins/harness.rs)."""
 import os
 import unittest
 
+import durasync_harness  # first: it gives CPython the bindings' names
+from durasync_harness import Harness, HarnessTrap
+
 from componentize_py_types import Err
 from wit_world.imports import fs, log, types
 
 import durasync
-from durasync_harness import Harness, HarnessTrap
 
 
 class ShimTest(unittest.TestCase):

@@ -15,6 +15,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use super::config::{self, DriftMode};
 use super::drift::{self, Seen, Watches};
+use super::fair;
 use super::health::Health;
 use super::http::MetricsServer;
 use super::instance::{Instance, Trigger};
@@ -144,6 +145,9 @@ pub fn run(opts: &AgentSettings) -> Result<(), Error> {
     watcher.set(&BTreeSet::from([opts.config_dir.clone()]));
     let files = config::manifest_files(&opts.config_dir)?;
     let mut runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
+    if let Some(compiler) = &opts.compiler {
+        runtime.compile_out_of_process(compiler.clone());
+    }
     runtime.set_registry_settings(opts.registry.clone());
     let runtime = Arc::new(runtime);
     let metrics = Arc::new(Metrics::new());
@@ -402,7 +406,7 @@ impl Daemon {
     fn next_wake(&self, shutdown: Option<Instant>) -> Option<Instant> {
         let mut wake = Some(Instant::now() + HEARTBEAT);
         let ping = self.notifier.next_ping();
-        let may_start = self.running() < self.opts.max_runs;
+        let (proven, unproven) = self.running_by_standing();
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
                 wake = Some(wake.map_or(t, |w| w.min(t)));
@@ -415,6 +419,7 @@ impl Daemon {
                 consider(self.reload_at);
                 for inst in self.instances.values() {
                     consider(inst.drift.report_at(&inst.drift_config()));
+                    let may_start = fair::may_start(inst.standing, proven, unproven, self.opts.max_runs);
                     if may_start && !inst.running && inst.loaded.is_some() {
                         consider(inst.due.map(|(t, _)| t));
                     }
@@ -429,22 +434,34 @@ impl Daemon {
         self.instances.values().filter(|i| i.running).count()
     }
 
-    /// Start loaded, idle instances whose time has come, earliest first, as
-    /// long as fewer than `max_runs` runs are in flight; the others wait
-    /// for a run to finish.
+    /// The runs in flight of proven and of unproven instances (`fair.rs`).
+    fn running_by_standing(&self) -> (usize, usize) {
+        let running = self.instances.values().filter(|i| i.running);
+        running.fold((0, 0), |(p, u), i| match i.standing {
+            fair::Standing::Proven => (p + 1, u),
+            fair::Standing::Unproven => (p, u + 1),
+        })
+    }
+
+    /// Start loaded, idle instances whose time has come while fewer than
+    /// `max_runs` runs are in flight, as `fair.rs` decides: proven
+    /// instances first, and never the slots kept for them to the others;
+    /// the rest wait for a run to finish.
     fn start_due(&mut self, now: Instant) {
-        let free = self.opts.max_runs.saturating_sub(self.running());
-        if free == 0 {
+        if self.running() >= self.opts.max_runs {
             return;
         }
-        let mut due: Vec<(Instant, PathBuf)> = self
+        let due: Vec<fair::Due<PathBuf>> = self
             .instances
             .values()
             .filter(|i| !i.running && i.loaded.is_some())
-            .filter_map(|i| i.due.filter(|(t, _)| *t <= now).map(|(t, _)| (t, i.file.clone())))
+            .filter_map(|i| {
+                let (at, _) = i.due.filter(|(t, _)| *t <= now)?;
+                Some(fair::Due { at, standing: i.standing, key: i.file.clone() })
+            })
             .collect();
-        due.sort();
-        for (_, file) in due.into_iter().take(free) {
+        let (proven, unproven) = self.running_by_standing();
+        for file in fair::pick(due, proven, unproven, self.opts.max_runs) {
             self.start_run(&file);
         }
     }
@@ -597,6 +614,11 @@ impl Daemon {
         }
         let now = Instant::now();
         let schedule = inst.loaded.as_ref().map(|l| l.spec.schedule).unwrap_or_default();
+        let timeout = inst
+            .loaded
+            .as_ref()
+            .map_or(Duration::MAX, |l| Duration::from_millis(l.spec.manifest.limits.timeout_ms));
+        inst.standing = fair::Standing::after_run(report.ok(), report.elapsed, timeout);
         if report.ok() {
             if inst.failures > 0 {
                 tracing::info!(instance = %inst.label, "recovered after {} failed run(s)", inst.failures);

@@ -86,6 +86,8 @@ pub(super) struct Instance {
     pub(super) last_run: Option<status::RunStatus>,
     pub(super) last_commit: Option<status::CommitStatus>,
     pub(super) last_refusal: Option<status::Refusal>,
+    /// How its last run stands for the run slots (see `fair.rs`).
+    pub(super) standing: super::fair::Standing,
 }
 
 impl Instance {
@@ -112,6 +114,7 @@ impl Instance {
             last_run: None,
             last_commit: None,
             last_refusal: None,
+            standing: super::fair::Standing::Unproven,
         }
     }
 

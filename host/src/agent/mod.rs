@@ -28,6 +28,7 @@ pub mod config;
 mod daemon;
 mod drift;
 mod error;
+mod fair;
 pub mod health;
 mod http;
 pub mod input;
@@ -83,6 +84,10 @@ pub struct AgentSettings {
     pub flush: Option<Flush>,
     /// Where the ledgers of owed actions live (`actions/<instance>.owed`).
     pub state_dir: PathBuf,
+    /// Where components the cache does not hold are compiled: in a child
+    /// process when set (the CLI sets it), so a compile's memory is never
+    /// the agent's ([`runtime::compiler`]).
+    pub compiler: Option<runtime::compiler::OutOfProcess>,
 }
 
 /// The default of [`AgentSettings::state_dir`].
@@ -116,6 +121,7 @@ impl AgentSettings {
             registry: runtime::distribution::Settings::default(),
             flush: None,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            compiler: None,
         }
     }
 }

@@ -52,6 +52,9 @@ impl OnceSummary {
 pub fn run_once(opts: &AgentSettings) -> Result<Vec<OnceSummary>, Error> {
     let files = config::manifest_files(&opts.config_dir)?;
     let mut runtime = Runtime::new(&opts.cache).map_err(Error::Runtime)?;
+    if let Some(compiler) = &opts.compiler {
+        runtime.compile_out_of_process(compiler.clone());
+    }
     runtime.set_registry_settings(opts.registry.clone());
     let mut loaded: Vec<(PathBuf, Result<Arc<Loaded>, String>)> = Vec::new();
     for file in files {

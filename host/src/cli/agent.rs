@@ -92,6 +92,8 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         registry: args.tls.apply(Default::default())?,
         flush: args.flush,
         state_dir: args.state_dir.clone(),
+        // A compile's memory leaves with a child of this binary.
+        compiler: Some(durasync::runtime::compiler::OutOfProcess::this_binary(super::plugin::COMPILE_CHILD)),
         ..AgentSettings::new(args.config_dir.clone())
     };
     // The log format and the agent's `info` default are set up by `main`

@@ -10,6 +10,7 @@ pub mod status;
 pub mod testing;
 
 use clap::{Parser, Subcommand};
+use durasync::runtime::PLUGIN_LOG_TARGET;
 
 /// Atomic, crash-durable directory and file updates.
 #[derive(Debug, Parser)]
@@ -50,15 +51,20 @@ pub enum Command {
     Harness(testing::HarnessArgs),
     /// Run a built plugin's golden cases (input, config, starting and expected trees) through the runtime.
     Test(testing::TestArgs),
+    /// (internal) Compile the component on stdin into a cache artifact: the agent's compile child.
+    #[command(name = plugin::COMPILE_CHILD, hide = true)]
+    CompileChild(plugin::CompileChildArgs),
 }
 
 /// How the process logs (to standard error; `DURASYNC_LOG` overrides the
-/// filter): the agent at `info`, every other command at `warn`; the agent's
-/// `--log-format json` makes every line a JSON object, those of the
-/// runtime's own threads too.
+/// filter): the agent at `info`; `run` and `test` at `warn` but the
+/// plugin's own messages (target [`PLUGIN_LOG_TARGET`]) at `info`, as the
+/// guide promises them to the operator; every other command at `warn`. The
+/// agent's `--log-format json` makes every line a JSON object, those of
+/// the runtime's own threads too.
 pub struct LogSettings {
     /// The filter when `DURASYNC_LOG` is not set.
-    pub default_filter: &'static str,
+    pub default_filter: String,
     /// One JSON object per line.
     pub json: bool,
 }
@@ -68,9 +74,12 @@ impl Cli {
     pub fn log_settings(&self) -> LogSettings {
         match &self.command {
             Command::Agent(a) => {
-                LogSettings { default_filter: "info", json: a.log_format == agent::LogFormat::Json }
+                LogSettings { default_filter: "info".into(), json: a.log_format == agent::LogFormat::Json }
             }
-            _ => LogSettings { default_filter: "warn", json: false },
+            Command::Run(_) | Command::Test(_) => {
+                LogSettings { default_filter: format!("warn,{PLUGIN_LOG_TARGET}=info"), json: false }
+            }
+            _ => LogSettings { default_filter: "warn".into(), json: false },
         }
     }
 }
@@ -84,6 +93,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Recover(args) => native::recover(args),
         Command::Run(args) => plugin::run(args),
         Command::Compile(args) => plugin::compile(args),
+        Command::CompileChild(args) => plugin::compile_child(args),
         Command::Inspect(args) => plugin::inspect(args),
         Command::Pull(args) => registry::pull(args),
         Command::Push(args) => registry::push(args),

@@ -40,7 +40,49 @@ pub struct SyncArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub attrs: AttrsArgs,
+    #[command(flatten)]
     pub validate: ValidateArgs,
+}
+
+/// What every file and directory written gets besides bytes and mode.
+#[derive(Debug, Args)]
+pub struct AttrsArgs {
+    /// Owner of every file and directory written: `keep` (the replaced
+    /// file's; a new one takes its parent's), a user name or a uid.
+    /// Default: this process's user.
+    #[arg(long, value_name = "keep|NAME|UID", value_parser = |s: &str| durable::attrs::parse_id(s, "owner"))]
+    pub owner: Option<durable::IdRule>,
+    /// Group of every file and directory written (same forms as `--owner`).
+    #[arg(long, value_name = "keep|NAME|GID", value_parser = |s: &str| durable::attrs::parse_id(s, "group"))]
+    pub group: Option<durable::IdRule>,
+    /// SELinux label: `keep` (default: the replaced file's, a new one its
+    /// parent's), `kernel` (whatever the kernel gives the staged name), or a context.
+    #[arg(long, value_name = "keep|kernel|CONTEXT", value_parser = durable::attrs::parse_label)]
+    pub label: Option<durable::LabelRule>,
+    /// Carry the replaced file's extended attributes (`xattrs`) and POSIX
+    /// ACLs (`acl`) to its new inode; comma-separated or repeated.
+    #[arg(long, value_name = "xattrs,acl", value_delimiter = ',', value_parser = ["xattrs", "acl"])]
+    pub preserve: Vec<String>,
+}
+
+impl AttrsArgs {
+    /// The policy these flags give.
+    pub fn policy(&self) -> durable::Attrs {
+        let mut attrs = durable::Attrs::default();
+        if let Some(o) = self.owner {
+            attrs.owner = o;
+        }
+        if let Some(g) = self.group {
+            attrs.group = g;
+        }
+        if let Some(l) = &self.label {
+            attrs.label = l.clone();
+        }
+        attrs.xattrs = self.preserve.iter().any(|p| p == "xattrs");
+        attrs.acl = self.preserve.iter().any(|p| p == "acl");
+        attrs
+    }
 }
 
 /// `--validate CMD…`: a command run on the staged copy before the swap.
@@ -93,6 +135,8 @@ pub struct WriteArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub attrs: AttrsArgs,
+    #[command(flatten)]
     pub validate: ValidateArgs,
 }
 
@@ -143,10 +187,12 @@ pub fn sync(args: &SyncArgs) -> Result<()> {
     let validator = args.validate.validator();
     let (parent, name) = split_target(&args.target)?;
     let gate = validator.as_ref().map(|v| validator_gate(v, &parent, &name));
+    let attrs = args.attrs.policy();
     let opts = Options {
         flush: args.flush,
         gate: gate.as_ref().map(|g| g as &dyn durable::Gate),
         keep_previous: args.keep_previous,
+        attrs: &attrs,
         ..Options::default()
     };
     let (src_parent, src_name) = split_target(from)?;
@@ -178,9 +224,11 @@ pub fn write(args: &WriteArgs) -> Result<()> {
     let validator = args.validate.validator();
     let (parent, name) = split_target(&args.file)?;
     let gate = validator.as_ref().map(|v| validator_gate(v, &parent, &name));
+    let attrs = args.attrs.policy();
     let opts = Options {
         gate: gate.as_ref().map(|g| g as &dyn durable::Gate),
         keep_previous: args.keep_previous,
+        attrs: &attrs,
         ..Options::default()
     };
     let contents = if args.from == "-" {

@@ -209,6 +209,25 @@ pub const RESULT_INDENT: &str = "  ";
 
 /// Precompile each manifest's component into the cache (checking its pin
 /// and the policy first), one line per manifest; stops at the first failure.
+/// The hidden subcommand the agent's compile child runs.
+pub const COMPILE_CHILD: &str = "__compile-artifact";
+
+/// `durasync __compile-artifact --artifact PATH --sha256 HEX` (stdin: the component).
+#[derive(Debug, clap::Args)]
+pub struct CompileChildArgs {
+    /// Where to store the compiled artifact (atomically).
+    #[arg(long)]
+    pub artifact: PathBuf,
+    /// The sha256 the component on stdin must have.
+    #[arg(long)]
+    pub sha256: String,
+}
+
+pub fn compile_child(args: &CompileChildArgs) -> Result<()> {
+    durasync::runtime::compiler::serve(&args.artifact, &args.sha256)?;
+    Ok(())
+}
+
 pub fn compile(args: &CompileArgs) -> Result<()> {
     let cache = args.cache_dir.clone().map_or(CacheConfig::Default, CacheConfig::Dir);
     let runtime = runtime_with(&cache, &args.tls)?;

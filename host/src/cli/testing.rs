@@ -4,7 +4,8 @@
 //!   on standard input/output (the protocol: `durasync::testing::harness`),
 //!   for the Python, JavaScript and Go shims of `guest-sdk/`;
 //! - `durasync test MANIFEST CASES_DIR`: the golden cases of a built plugin
-//!   (`durasync::testing::golden`), through the real runtime.
+//!   (`durasync::testing::golden`), through the real runtime; its `--help`
+//!   gives the layout and the guide's section ([`CASES_HELP`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -45,7 +46,7 @@ pub fn harness(args: &HarnessArgs) -> Result<()> {
             let roots: BTreeMap<_, _> = m
                 .roots
                 .iter()
-                .map(|(n, r)| (n.clone(), (r.path.clone(), r.access, r.special_modes)))
+                .map(|(n, r)| (n.clone(), (r.path.clone(), r.access, r.special_modes, r.attrs.clone())))
                 .collect();
             (m.name, roots, m.limits)
         }
@@ -56,13 +57,16 @@ pub fn harness(args: &HarnessArgs) -> Result<()> {
             return Err(anyhow::Error::new(exit::Status(exit::USAGE)))
                 .context(format!("--root {spec}: expected NAME=PATH"));
         };
-        let (access, special) = roots.get(root).map_or((Access::ReadWrite, false), |r| (r.1, r.2));
-        roots.insert(root.to_owned(), (PathBuf::from(path), access, special));
+        let (access, special, attrs) = roots
+            .get(root)
+            .map_or((Access::ReadWrite, false, Default::default()), |r| (r.1, r.2, r.3.clone()));
+        roots.insert(root.to_owned(), (PathBuf::from(path), access, special, attrs));
     }
     let mut grants = BTreeMap::new();
-    for (root, (path, access, special)) in roots {
+    for (root, (path, access, special, attrs)) in roots {
         let grant = Grant::open(&path, access, special)
-            .with_context(|| format!("root {root}: opening {}", path.display()))?;
+            .with_context(|| format!("root {root}: opening {}", path.display()))?
+            .with_attrs(attrs);
         grants.insert(root, grant);
     }
     let session = Session::new(&name, grants, limits, args.dry_run);
@@ -77,12 +81,22 @@ pub fn harness(args: &HarnessArgs) -> Result<()> {
     }
 }
 
+/// The end of `durasync test --help`: a case's layout in two lines and
+/// where the guide describes it (a section of docs/plugins.md, the page a
+/// vendor has; `tests/plugins/golden.rs` checks that its heading exists).
+pub const CASES_HELP: &str = "\
+A case is a folder of CASES_DIR: case.toml (result = \"…\" or error = \"…\"; optional [config], [modes]),
+input (bytes), before/ROOT/… (each root's starting files), after/ROOT/… (each root's expected files).
+The layout, [modes] and the report: docs/plugins.md#golden-cases-durasync-test";
+
 /// `durasync test MANIFEST CASES_DIR`
 #[derive(Debug, Args)]
+#[command(after_help = CASES_HELP)]
 pub struct TestArgs {
     /// The plugin's manifest: the component it pins, its roots, limits and config.
     pub manifest: PathBuf,
-    /// A folder of cases (see `durasync::testing::golden`: case.toml, input, before/, after/).
+    /// A folder of cases, one folder each (the layout is below).
+    #[arg(value_name = "CASES_DIR")]
     pub cases: PathBuf,
     /// Where compiled plugins are cached (default `$XDG_CACHE_HOME/durasync`).
     #[arg(long, value_name = "DIR")]
@@ -108,7 +122,10 @@ pub fn test(args: &TestArgs) -> Result<()> {
                 println!("FAILED {}", case.name);
                 for d in diffs {
                     // Text a plugin chose: control characters escaped.
-                    println!("    {}", escape_all(&d));
+                    println!("    {}", escape_all(&d.summary));
+                    for line in &d.detail {
+                        println!("      {}", escape_all(line));
+                    }
                 }
             }
         }

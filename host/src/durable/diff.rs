@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::attrs::Attrs;
 use super::error::{Error, Result, Step};
 use super::parallel;
 use super::sys::{Kind, join};
@@ -54,8 +55,17 @@ impl Plan {
 /// opening files at the first difference (enough to decide "unchanged";
 /// `added` and `removed` are still exact, `changed` may miss files); with
 /// `full` true every differing path is listed.
-pub(crate) fn compare(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree, full: bool) -> Result<Plan> {
-    compare_in(dir, dir_path, new, full, None)
+///
+/// A regular file whose owner or group is not what a fixed rule of `attrs`
+/// asks for is changed (a sync rewrites it with the right ones).
+pub(crate) fn compare(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    new: &Tree,
+    full: bool,
+    attrs: &Attrs,
+) -> Result<Plan> {
+    compare_in(dir, dir_path, new, full, attrs, None)
 }
 
 /// The files of a target a sync may carry into its staging tree instead of
@@ -66,14 +76,20 @@ pub(crate) type Carry = HashMap<String, u64>;
 /// be carried (every candidate's bytes are read, unless a sample shows the
 /// tree was rewritten, see [`skip_rewritten`]: `changed` then names files
 /// that were not read): regular files whose
-/// bytes and mode are exactly what `new` wants, owned by this process's
-/// user (a rewrite would be, and `protected_hardlinks` refuses linking
-/// another user's file) and with one link only (`st_nlink == 1`: an inode
+/// bytes and mode are exactly what `new` wants, with the owner and group a
+/// rewrite would give them under `attrs` (by default this process's user:
+/// `protected_hardlinks` also refuses linking another user's file, see
+/// [`Attrs::owner_fits`]) and with one link only (`st_nlink == 1`: an inode
 /// someone else linked elsewhere must not become reachable from the new
 /// tree, so it is rewritten).
-pub(crate) fn compare_carrying(dir: BorrowedFd<'_>, dir_path: &str, new: &Tree) -> Result<(Plan, Carry)> {
+pub(crate) fn compare_carrying(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    new: &Tree,
+    attrs: &Attrs,
+) -> Result<(Plan, Carry)> {
     let mut carry = Carry::new();
-    let plan = compare_in(dir, dir_path, new, true, Some(&mut carry))?;
+    let plan = compare_in(dir, dir_path, new, true, attrs, Some(&mut carry))?;
     Ok((plan, carry))
 }
 
@@ -82,6 +98,7 @@ fn compare_in(
     dir_path: &str,
     new: &Tree,
     full: bool,
+    attrs: &Attrs,
     carry: Option<&mut Carry>,
 ) -> Result<Plan> {
     let shown = |p: &str, dir: bool| if dir { format!("{p}/") } else { p.to_owned() };
@@ -127,10 +144,15 @@ fn compare_in(
     if full || !differs {
         let (changed, same) = changed_contents(dir, dir_path, &candidates, full)?;
         plan.changed.extend(changed);
+        // Right bytes and mode, wrong owner for a fixed rule: rewritten.
+        let (same, wrong_owner): (Vec<_>, Vec<_>) =
+            same.into_iter().partition(|(_, m)| !attrs.owner_differs(m.uid, m.gid));
+        plan.changed.extend(wrong_owner.into_iter().map(|(p, _)| p));
         if let Some(carry) = carry {
-            let uid = rustix::process::geteuid().as_raw();
             carry.extend(
-                same.into_iter().filter(|(_, m)| m.nlink == 1 && m.uid == uid).map(|(p, m)| (p, m.ino)),
+                same.into_iter()
+                    .filter(|(_, m)| m.nlink == 1 && attrs.owner_fits(m.uid, m.gid))
+                    .map(|(p, m)| (p, m.ino)),
             );
         }
     }

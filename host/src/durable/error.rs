@@ -27,6 +27,10 @@ pub enum Step {
     Write,
     /// Setting a file's exact mode.
     Chmod,
+    /// Giving a staged file or directory its owner and group.
+    Chown,
+    /// Setting an extended attribute (label, carried attribute, ACL).
+    SetXattr,
     /// Flushing a file's data and metadata.
     FsyncFile,
     /// Flushing a directory's entries.
@@ -55,6 +59,8 @@ impl fmt::Display for Step {
             Step::Create => "create file",
             Step::Write => "write",
             Step::Chmod => "set mode of",
+            Step::Chown => "set owner of",
+            Step::SetXattr => "set extended attribute of",
             Step::FsyncFile => "fsync file",
             Step::FsyncDir => "fsync directory",
             Step::Link => "link",
@@ -202,6 +208,18 @@ pub enum Error {
         by: String,
         /// Why.
         reason: String,
+    },
+    /// The kernel refused to give a staged inode what the root's policy
+    /// asks for (an owner, a label, an attribute): the agent lacks the
+    /// right. What was staged was removed; nothing was changed.
+    #[error("{path}: cannot set {what}: {source}; nothing was changed")]
+    AttrsRefused {
+        /// The staged file or directory.
+        path: String,
+        /// What was asked.
+        what: String,
+        /// The kernel's error.
+        source: io::Error,
     },
     /// An I/O error before the commit point. The target is unchanged.
     #[error("{step} {path}: {source}")]

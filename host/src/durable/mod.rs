@@ -26,10 +26,12 @@
 //! - [`walk`]: reading trees on disk.
 //! - [`diff`]: comparing a tree with a directory.
 //! - `parallel`: running independent steps from several threads.
+//! - `parents`: creating the missing parents of a target, in place.
 //! - `sys`: the only door for mutating system calls, each observed by the probe.
 //! - [`doctor`]: what a target's place can do, for `durasync doctor`.
 //! - [`fsinfo`]: what the file system and the kernel can do (kind, discards, dirty data, syncfs errors).
 //! - [`probe`]: observation and fault injection around every `sys` call.
+//! - [`attrs`]: owner, group, label and carried attributes of every inode an operation creates.
 //! - [`error`]: typed errors (before the commit point, or committed).
 //! - [`report`]: what a successful operation reports.
 //!
@@ -70,6 +72,7 @@
 //!   so trees of any depth are handled; durasync creates at most
 //!   [`names::MAX_DEPTH`] levels below an anchor.
 
+pub mod attrs;
 mod cancel;
 pub mod diff;
 pub mod doctor;
@@ -81,6 +84,7 @@ mod lock;
 mod marker;
 pub mod names;
 mod parallel;
+mod parents;
 pub mod previous;
 pub mod primitives;
 pub mod probe;
@@ -96,12 +100,14 @@ pub mod tree;
 pub mod walk;
 pub mod write;
 
+pub use attrs::{Attrs, IdRule, LabelRule};
 pub use cancel::Cancel;
 pub use diff::Plan;
 pub use error::{Error, Result, Step};
 pub use flush::Flush;
 pub use fsinfo::FsKind;
 pub use gate::{Gate, Refusal, Staged, StagedKind};
+pub use parents::create_dirs_beneath;
 pub use previous::{PreviousInfo, PreviousKind, discard_previous, previous_of, revert};
 pub use primitives::{exchange, fsync};
 pub use probe::{NoProbe, Probe, SysOp};
@@ -109,7 +115,7 @@ pub use read::{Entry, EntryKind, ReadLimits, list_dir, read_file};
 pub use recover::recover;
 pub use remove::remove;
 pub use report::{Outcome, Report};
-pub use resolve::{create_dirs_beneath, open_beneath, split_last};
+pub use resolve::{open_beneath, split_last};
 pub use sync::{plan_sync, sync_dir, sync_dir_unchanged_from};
 pub use tree::{Node, RequestLimits, Tree};
 pub use walk::read_tree;
@@ -140,7 +146,14 @@ pub struct Options<'a> {
     /// target's previous, for [`revert`] ([`previous`]); also when the gate
     /// asks ([`Gate::keep_previous`]). `false` by default.
     pub keep_previous: bool,
+    /// What every inode the operation creates gets besides bytes and mode:
+    /// owner, group, label, carried attributes ([`attrs`]). By default the
+    /// label of what it replaces, nothing else.
+    pub attrs: &'a Attrs,
 }
+
+/// The default [`Options::attrs`].
+static DEFAULT_ATTRS: Attrs = Attrs::DEFAULT;
 
 impl Default for Options<'static> {
     fn default() -> Self {
@@ -152,6 +165,7 @@ impl Default for Options<'static> {
             flush: Flush::Auto,
             gate: None,
             keep_previous: false,
+            attrs: &DEFAULT_ATTRS,
         }
     }
 }
@@ -165,6 +179,7 @@ impl std::fmt::Debug for Options<'_> {
             .field("flush", &self.flush)
             .field("gate", &self.gate.is_some())
             .field("keep_previous", &self.keep_previous)
+            .field("attrs", self.attrs)
             .finish()
     }
 }

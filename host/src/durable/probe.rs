@@ -43,6 +43,24 @@ pub enum SysOp<'a> {
         /// The exact permission bits.
         mode: u32,
     },
+    /// `fchown` of the file or directory at `path` (`None`: that id is left).
+    Chown {
+        /// The file or directory.
+        path: &'a str,
+        /// The new owner.
+        uid: Option<u32>,
+        /// The new group.
+        gid: Option<u32>,
+    },
+    /// `fsetxattr` of one extended attribute of the file or directory at `path`.
+    SetXattr {
+        /// The file or directory.
+        path: &'a str,
+        /// The attribute's name (`security.selinux`, `user.x`, …).
+        name: &'a str,
+        /// Its value.
+        value: &'a [u8],
+    },
     /// `fsync` of the regular file at `path`, on the fd that wrote it.
     FsyncFile {
         /// The file.

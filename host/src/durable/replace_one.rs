@@ -23,6 +23,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::Options;
+use super::attrs;
 use super::diff::Plan;
 use super::error::{Error, Result, Step, committed};
 use super::marker::{mark, unmark};
@@ -85,10 +86,15 @@ pub(super) fn replace_one_file(
 
     // In the parent, never in the target: a crash must not leave an extra
     // entry in the target, and recovery removes leftovers beside it.
+    // What the new inode gets besides bytes and mode: read from the file it
+    // replaces before anything is created (see `attrs.rs`).
+    let planned = attrs::plan_file(opts.attrs, dir, file, &path)?;
     let tmp = leftover_name(Leftover::Tmp);
     let staged = (|| {
         let fd = sys.create(parent, &tmp, &tmp)?;
         sys.write_all(fd.as_fd(), &tmp, one.contents)?;
+        // Owner, label and attributes before the mode and the fsync.
+        attrs::apply(sys, fd.as_fd(), &tmp, &planned)?;
         // fchmod, not the create mode: the umask must not change the bits.
         sys.chmod(&fd, &tmp, one.mode)?;
         // Data and mode durable before the rename can make them the target's.

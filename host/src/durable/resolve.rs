@@ -14,11 +14,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-use super::Options;
 use super::error::{Error, Result, Step};
 use super::names::{split_rel_path, split_rel_path_or_self};
-use super::sys::{Kind, READ_FLAGS, Sys, join, kind_at, kind_error, open_dir, open_file, without_atime};
-use super::tree::IMPLIED_DIR_MODE;
+use super::sys::{Kind, READ_FLAGS, join, kind_at, kind_error, open_dir, open_file, without_atime};
 
 /// Split a relative path into its parent (`""` for the root itself) and
 /// its last name, after checking every component.
@@ -78,52 +76,14 @@ pub(crate) fn open_file_beneath(dir: BorrowedFd<'_>, rel: &str, path: &str) -> R
     }
 }
 
-/// Like [`open_beneath`], but create missing directories (mode 0755) and
-/// make their creation durable: each new directory and the directory that
-/// first names it are fsynced, deepest first, before this returns.
-pub fn create_dirs_beneath(root: BorrowedFd<'_>, rel: &str, opts: &Options<'_>) -> Result<OwnedFd> {
-    let parts = split_rel_path_or_self(rel)?;
-    let sys = Sys::new(opts.probe);
-    let mut chain: Vec<(OwnedFd, String)> = vec![(reopen(root)?, ".".to_owned())];
-    let mut first_new = None;
-    for part in parts {
-        let (parent, parent_path) = chain.last().expect("chain starts with the root");
-        let path = join(parent_path, part);
-        let fd = match open_component(parent.as_fd(), part, &path) {
-            Ok(fd) => fd,
-            Err(Error::NotFound { .. }) => {
-                first_new.get_or_insert(chain.len());
-                match sys.mkdir(parent.as_fd(), part, &path, IMPLIED_DIR_MODE) {
-                    Ok(fd) => fd,
-                    // Created meanwhile by someone else: use theirs.
-                    Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
-                        open_component(parent.as_fd(), part, &path)?
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            Err(e) => return Err(e),
-        };
-        chain.push((fd, path));
-    }
-    if let Some(first) = first_new {
-        // New entries are durable only once their directories are fsynced:
-        // the new ones deepest first, then the old directory naming the first.
-        for (fd, path) in chain[first - 1..].iter().rev() {
-            sys.fsync_dir(fd.as_fd(), path, Step::FsyncDir)?;
-        }
-    }
-    Ok(chain.pop().expect("chain starts with the root").0)
-}
-
 /// A fresh fd for the directory `dir` itself.
-fn reopen(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
+pub(crate) fn reopen(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
     rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| Error::io(Step::Open, ".", e))
 }
 
 /// Open one component, telling a link from a non-directory.
-fn open_component(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
+pub(crate) fn open_component(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
     match open_dir(dir, name, path) {
         Err(Error::NotADirectory { .. } | Error::Symlink { .. }) => match kind_at(dir, name, path)?.0 {
             Kind::Symlink => Err(Error::Symlink { path: path.to_owned() }),

@@ -61,6 +61,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::Options;
+use super::attrs;
 use super::cancel::Cancel;
 use super::diff::{Carry, Plan, compare, compare_carrying, same_tree};
 use super::replace_one::{one_changed_file, replace_one_file};
@@ -120,9 +121,9 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     let target = if exists { Some(open_dir(parent, name, name)?) } else { None };
     let (plan, carry) = match &target {
         None => (Plan::default(), Carry::new()),
-        Some(t) if marked => (compare(t.as_fd(), name, tree, false)?, Carry::new()),
+        Some(t) if marked => (compare(t.as_fd(), name, tree, false, opts.attrs)?, Carry::new()),
         // One walk decides "unchanged" and learns which files may be carried.
-        Some(t) => compare_carrying(t.as_fd(), name, tree)?,
+        Some(t) => compare_carrying(t.as_fd(), name, tree, opts.attrs)?,
     };
     if plan.is_unchanged() && !marked {
         return Ok(Report::unchanged());
@@ -155,6 +156,11 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
         target.as_ref().filter(|_| !exposed).map(|t| Carried { target: t.as_fd(), name, files: &carry });
     let carried_count = if carried.is_some() { carry.len() } else { 0 };
 
+    // What each staged inode gets besides bytes and mode (owner, group,
+    // label, carried attributes), read from the live target before anything
+    // is created: a refusal here changes nothing (see `attrs.rs`).
+    let attr_plan = attrs::plan_tree(opts.attrs, parent, name, target.as_ref().map(|t| t.as_fd()), tree)?;
+
     // 4–5. Build the staging tree beside the target and make it durable:
     // per-entry fsyncs or one syncfs, whichever the flush setting picks for
     // this batch and file system (`flush.rs`); decided before anything is
@@ -171,44 +177,51 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
         _ => leftover_name(Leftover::Stage),
     };
     let stage_fd = sys.mkdir(parent, &staging, &staging, FILL_MODE)?;
-    let staged =
-        build_staging(&sys, stage_fd.as_fd(), &staging, target_mode, tree, carried.as_ref(), &flush, opts)
-            .and_then(|()| opts.cancel.check(name))
-            // The gate sees the complete tree, already durable (after the
-            // fsyncs or the syncfs above), before the mark and the swap: a
-            // refusal is discarded like any failure before it.
-            .and_then(|()| {
-                let Some(g) = opts.gate else { return Ok(()) };
-                let plan = exists.then_some(&plan);
-                // A marked target was compared only far enough to know it differs.
-                let changed = gate::changed_paths(plan, !marked, tree);
-                let files = tree.file_count() as u64;
-                // Stamped once complete and durable, before anything else
-                // can see it; the clock then passes every stamp's ctime.
-                let before = if exposed {
-                    Some(stamp_staging(parent, &staging, stage_fd.as_fd(), tree)?)
-                } else {
-                    None
-                };
-                let clock_past = before.as_ref().is_some_and(|b| gate::wait_past(gate::Stamp::newest(b)));
-                gate::ask(Some(g), parent, name, &staging, StagedKind::Dir, files, plan, &changed)?;
-                let Some(before) = before else { return Ok(()) };
-                // What was checked is what goes live, durably: the staged
-                // tree, once the gate's program is done with it, must be
-                // untouched since it was made durable — checked before the
-                // mark and the swap.
-                recheck_staging(
-                    &sys,
-                    parent,
-                    stage_fd.as_fd(),
-                    &staging,
-                    name,
-                    tree,
-                    &before,
-                    clock_past,
-                    &flush,
-                )
-            });
+    let staged = build_staging(
+        &sys,
+        stage_fd.as_fd(),
+        &staging,
+        target_mode,
+        tree,
+        carried.as_ref(),
+        &attr_plan,
+        &flush,
+        opts,
+    )
+    .and_then(|()| opts.cancel.check(name))
+    // The gate sees the complete tree, already durable (after the
+    // fsyncs or the syncfs above), before the mark and the swap: a
+    // refusal is discarded like any failure before it.
+    .and_then(|()| {
+        let Some(g) = opts.gate else { return Ok(()) };
+        let plan = exists.then_some(&plan);
+        // A marked target was compared only far enough to know it differs.
+        let changed = gate::changed_paths(plan, !marked, tree);
+        let files = tree.file_count() as u64;
+        // Stamped once complete and durable, before anything else
+        // can see it; the clock then passes every stamp's ctime.
+        let before =
+            if exposed { Some(stamp_staging(parent, &staging, stage_fd.as_fd(), tree)?) } else { None };
+        let clock_past = before.as_ref().is_some_and(|b| gate::wait_past(gate::Stamp::newest(b)));
+        gate::ask(Some(g), parent, name, &staging, StagedKind::Dir, files, plan, &changed)?;
+        let Some(before) = before else { return Ok(()) };
+        // What was checked is what goes live, durably: the staged
+        // tree, once the gate's program is done with it, must be
+        // untouched since it was made durable — checked before the
+        // mark and the swap.
+        recheck_staging(
+            &sys,
+            parent,
+            stage_fd.as_fd(),
+            &staging,
+            name,
+            tree,
+            &before,
+            clock_past,
+            &flush,
+            opts,
+        )
+    });
     if let Err(mut e) = staged {
         if let Error::Cancelled { path } = &mut e {
             name.clone_into(path);
@@ -302,6 +315,11 @@ pub fn sync_dir_unchanged_from(
 ) -> Option<Report> {
     let unchanged = || -> Result<bool> {
         check_name(name)?;
+        // The side-by-side walk compares bytes and modes, not owners: a
+        // fixed owner or group is checked by `sync_dir`'s own compare.
+        if [opts.attrs.owner, opts.attrs.group].iter().any(|r| matches!(r, attrs::IdRule::Id(_))) {
+            return Ok(false);
+        }
         if !target_state(parent, name)?.0 || kind_at(src_parent, src_name, src_path)?.0 != Kind::Dir {
             return Ok(false);
         }
@@ -338,7 +356,7 @@ pub fn plan_sync(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options
         return Ok(Plan::creating(tree));
     }
     let target = open_dir(parent, name, name)?;
-    compare(target.as_fd(), name, tree, true)
+    compare(target.as_fd(), name, tree, true, opts.attrs)
 }
 
 /// Whether the target exists (as a real directory) and its mode. A symlink
@@ -423,6 +441,7 @@ fn build_staging(
     root_mode: u32,
     tree: &Tree,
     carried: Option<&Carried<'_>>,
+    attr_plan: &attrs::TreePlan,
     flush: &Chosen,
     opts: &Options<'_>,
 ) -> Result<()> {
@@ -441,7 +460,16 @@ fn build_staging(
         if let Node::File { contents, mode } = node {
             let (parent_rel, name) = path.rsplit_once('/').unwrap_or(("", path));
             let carry = carried.and_then(|c| c.files.get(path).map(|ino| (c, *ino)));
-            jobs.push(FileJob { parent_rel, name, path: join(staging, path), contents, mode: *mode, carry });
+            let attrs = attr_plan.get(path);
+            jobs.push(FileJob {
+                parent_rel,
+                name,
+                path: join(staging, path),
+                contents,
+                mode: *mode,
+                carry,
+                attrs,
+            });
         }
     }
     write_files(sys, &dirs, &jobs, !flush.syncfs, flush.threads, opts)?;
@@ -450,13 +478,18 @@ fn build_staging(
     // every new subdirectory, deepest first, then the staging root, all
     // before the swap can make them reachable from the target. That fsync is
     // also what makes a carried file's new name durable.
-    // Each directory gets its exact mode once it is filled, before its fsync
-    // (or the syncfs below) makes that mode durable.
+    // Each directory gets its owner, label and attributes and then its exact
+    // mode once it is filled, before its fsync (or the syncfs below) makes
+    // them durable (after filling: a carried default ACL must not reach
+    // the entries staged inside it).
     let mut by_depth: Vec<(&str, u32)> = dirs.dirs.iter().map(|(p, (_, mode))| (*p, *mode)).collect();
     by_depth.sort_by_key(|(p, _)| (std::cmp::Reverse(p.matches('/').count()), *p));
     for (path, mode) in by_depth {
         let shown = join(staging, path);
         let fd = dirs.get(path)?;
+        if let Some(planned) = attr_plan.get(path) {
+            attrs::apply(sys, fd.fd(), &shown, planned)?;
+        }
         if mode != FILL_MODE {
             sys.chmod(fd.fd(), &shown, mode)?;
         }
@@ -464,6 +497,7 @@ fn build_staging(
             sys.fsync_dir(fd.fd(), &shown, Step::FsyncDir)?;
         }
     }
+    attrs::apply(sys, stage, staging, &attr_plan.root)?;
     if root_mode != FILL_MODE {
         sys.chmod(stage, staging, root_mode)?;
     }
@@ -511,6 +545,7 @@ fn recheck_staging(
     before: &[gate::Stamp],
     clock_past: bool,
     flush: &Chosen,
+    opts: &Options<'_>,
 ) -> Result<()> {
     let paths = std::iter::once("").chain(tree.iter().map(|(p, _)| p));
     let after = match stamp_staging(parent, staging, stage, tree) {
@@ -524,7 +559,7 @@ fn recheck_staging(
         let path = if path.is_empty() { "the staged directory" } else { path };
         return Err(gate::changed_after_check(target, &format!("{path} was changed")));
     }
-    let plan = compare(stage, staging, tree, false)?;
+    let plan = compare(stage, staging, tree, false, opts.attrs)?;
     if !plan.is_unchanged() {
         let first = plan.added.iter().chain(&plan.changed).chain(&plan.removed).next();
         return Err(gate::changed_after_check(target, &format!("{} differs", first.map_or("it", |p| p))));
@@ -569,6 +604,8 @@ struct FileJob<'a> {
     mode: u32,
     /// The target to carry it from and the inode compared there.
     carry: Option<(&'a Carried<'a>, u64)>,
+    /// Its owner, label and attributes, when it gets any.
+    attrs: Option<&'a attrs::Planned>,
 }
 
 /// Write (and with `fsync`, fsync) every file, `threads` at a time:
@@ -645,6 +682,11 @@ fn link_refused(e: &std::io::Error) -> bool {
 fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>, fsync: bool) -> Result<()> {
     let fd = sys.create(dir, job.name, &job.path)?;
     sys.write_all(fd.as_fd(), &job.path, job.contents)?;
+    // Owner, label and attributes before the mode (see `attrs.rs`) and
+    // before the fsync below (or the staging tree's syncfs) makes them durable.
+    if let Some(planned) = job.attrs {
+        attrs::apply(sys, fd.as_fd(), &job.path, planned)?;
+    }
     // fchmod, not the create mode: the umask must not change the bits.
     sys.chmod(&fd, &job.path, job.mode)?;
     if !fsync {

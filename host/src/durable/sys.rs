@@ -96,6 +96,38 @@ impl<'p> Sys<'p> {
         })
     }
 
+    /// `fchown` a staged file or directory (`None` leaves that id), before
+    /// its fsync and before its `fchmod` (a change of owner clears setuid
+    /// and setgid bits).
+    pub(crate) fn chown(
+        &self,
+        fd: BorrowedFd<'_>,
+        path: &str,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<()> {
+        self.observe(SysOp::Chown { path, uid, gid }, Step::Chown, path, || {
+            let uid = uid.map(rustix::fs::Uid::from_raw_unchecked);
+            let gid = gid.map(rustix::fs::Gid::from_raw_unchecked);
+            rustix::fs::fchown(fd, uid, gid).map_err(io::Error::from)
+        })
+    }
+
+    /// `fsetxattr` of one extended attribute (a label, a carried attribute,
+    /// an ACL) on a staged file or directory, before its fsync.
+    pub(crate) fn set_xattr(
+        &self,
+        fd: BorrowedFd<'_>,
+        path: &str,
+        name: &std::ffi::CStr,
+        value: &[u8],
+    ) -> Result<()> {
+        let shown = name.to_str().unwrap_or("(not UTF-8)");
+        self.observe(SysOp::SetXattr { path, name: shown, value }, Step::SetXattr, path, || {
+            rustix::fs::fsetxattr(fd, name, value, rustix::fs::XattrFlags::empty()).map_err(io::Error::from)
+        })
+    }
+
     /// `fsync` a regular file on the fd that wrote it.
     pub(crate) fn fsync_file(&self, fd: BorrowedFd<'_>, path: &str) -> Result<()> {
         self.observe(SysOp::FsyncFile { path }, Step::FsyncFile, path, || {

@@ -373,6 +373,7 @@ pub(crate) struct Meta {
     pub ino: u64,
     pub nlink: u64,
     pub uid: u32,
+    pub gid: u32,
 }
 
 /// `fstat` of `fd`.
@@ -385,6 +386,7 @@ fn meta_of(fd: &OwnedFd, path: &str) -> Result<Meta> {
         ino: st.st_ino,
         nlink: st.st_nlink,
         uid: st.st_uid,
+        gid: st.st_gid,
     })
 }
 

@@ -13,6 +13,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use rustix::fs::AtFlags;
 
 use super::Options;
+use super::attrs;
 use super::diff::{Plan, file_holds};
 use super::error::{Error, Result, Step, committed, flags_unsupported, unsupported_or};
 use super::gate::{self, StagedKind};
@@ -65,9 +66,16 @@ pub fn write_file(
     let mode = mode.or(old_mode).unwrap_or(DEFAULT_FILE_MODE);
     // Unchanged: nothing to do — unless the last write's commit fsync
     // failed, when what the page cache shows proves nothing (see `marker`).
-    if old_mode == Some(mode) && file_holds(dir, name, name, contents)? && !is_marked(dir, name)? {
+    if old_mode == Some(mode)
+        && !owner_differs(opts, dir, name)?
+        && file_holds(dir, name, name, contents)?
+        && !is_marked(dir, name)?
+    {
         return Ok(Report::unchanged());
     }
+    // What the new inode gets besides bytes and mode: read from the file it
+    // replaces (or the directory, for a new name) before anything is created.
+    let planned = attrs::plan_file(opts.attrs, dir, name, name)?;
 
     // A keep-write exchanges the files: the old one becomes the previous,
     // named after its inode, read before the new file exists (`previous.rs`).
@@ -82,9 +90,11 @@ pub fn write_file(
     let staged = (|| {
         let fd = sys.create(dir, &tmp, &tmp)?;
         sys.write_all(fd.as_fd(), &tmp, contents)?;
+        // Owner, label and attributes before the mode and the fsync.
+        attrs::apply(&sys, fd.as_fd(), &tmp, &planned)?;
         // fchmod, not the create mode: the umask must not change the bits.
         sys.chmod(&fd, &tmp, mode)?;
-        // Data and mode durable before the rename can make them the target.
+        // Data, mode and attributes durable before the rename can make them the target.
         sys.fsync_file(fd.as_fd(), &tmp)?;
         Ok(fd)
     })();
@@ -206,4 +216,16 @@ fn file_state(dir: BorrowedFd<'_>, name: &str) -> Result<Option<u32>> {
         (Kind::Symlink, _) => Err(Error::Symlink { path: name.to_owned() }),
         _ => Err(Error::NotAFile { path: name.to_owned() }),
     }
+}
+
+/// Whether the file `name` in `dir` has an owner or group other than a
+/// fixed rule of the policy asks for (it is then rewritten, not unchanged).
+fn owner_differs(opts: &Options<'_>, dir: BorrowedFd<'_>, name: &str) -> Result<bool> {
+    if !matches!(opts.attrs.owner, attrs::IdRule::Id(_)) && !matches!(opts.attrs.group, attrs::IdRule::Id(_))
+    {
+        return Ok(false);
+    }
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| Error::io(Step::Read, name, e))?;
+    Ok(opts.attrs.owner_differs(st.st_uid, st.st_gid))
 }

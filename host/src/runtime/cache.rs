@@ -11,12 +11,14 @@
 #![allow(unsafe_code)]
 
 use std::hash::{Hash, Hasher};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use wasmtime::component::Component;
 use wasmtime::{Engine, Precompiled};
+
+use super::compiler::{self, OutOfProcess};
 
 /// Where compiled components are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +46,17 @@ pub enum CacheStatus {
 
 pub(crate) struct Cache {
     dir: Option<PathBuf>,
+    /// Where a miss is compiled: in a child process when set.
+    compiler: Option<OutOfProcess>,
+}
+
+/// Why [`Cache::load`] has no component.
+#[derive(Debug)]
+pub(crate) enum LoadError {
+    /// wasmtime refused the bytes.
+    Invalid(wasmtime::Error),
+    /// The compile child failed (how it ended).
+    Compiler(String),
 }
 
 impl CacheConfig {
@@ -66,7 +79,12 @@ impl CacheConfig {
 
 impl Cache {
     pub(crate) fn new(config: &CacheConfig) -> Self {
-        Cache { dir: config.dir() }
+        Cache { dir: config.dir(), compiler: None }
+    }
+
+    /// Compile misses in a child process from now on.
+    pub(crate) fn set_compiler(&mut self, compiler: OutOfProcess) {
+        self.compiler = Some(compiler);
     }
 
     /// The cache directory (`None` when caching is off).
@@ -94,9 +112,9 @@ impl Cache {
         engine: &Engine,
         sha256: &str,
         wasm: &[u8],
-    ) -> wasmtime::Result<(Component, CacheStatus)> {
+    ) -> Result<(Component, CacheStatus), LoadError> {
         let Some(path) = self.path(engine, sha256) else {
-            return Ok((Component::new(engine, wasm)?, CacheStatus::Disabled));
+            return Ok((Component::new(engine, wasm).map_err(LoadError::Invalid)?, CacheStatus::Disabled));
         };
         let status = match try_load(engine, &path) {
             Ok(Some(c)) => return Ok((c, CacheStatus::Hit)),
@@ -106,8 +124,18 @@ impl Cache {
                 CacheStatus::Stale(why)
             }
         };
-        let component = Component::new(engine, wasm)?;
-        if let Err(e) = store(&component, &path) {
+        if let Some(compiler) = &self.compiler {
+            // The compile's memory stays in the child; the artifact it
+            // stored is loaded like any cached one (checked the same way).
+            compiler.compile(wasm, sha256, &path).map_err(LoadError::Compiler)?;
+            return match try_load(engine, &path) {
+                Ok(Some(c)) => Ok((c, status)),
+                Ok(None) => Err(LoadError::Compiler(format!("{} is gone", path.display()))),
+                Err(why) => Err(LoadError::Compiler(format!("its artifact cannot be used: {why}"))),
+            };
+        }
+        let component = Component::new(engine, wasm).map_err(LoadError::Invalid)?;
+        if let Err(e) = compiler::store(&component, &path) {
             tracing::warn!("cache: cannot store {}: {e}", path.display());
         }
         Ok((component, status))
@@ -156,24 +184,4 @@ pub(crate) fn trusted(meta: &std::fs::Metadata, what: &str) -> Result<(), String
         return Err(format!("the {what} is a symbolic link"));
     }
     Ok(())
-}
-
-/// Store an artifact atomically: a private temporary file renamed into place.
-fn store(component: &Component, path: &Path) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let bytes = component.serialize().map_err(|e| std::io::Error::other(format!("{e}")))?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("artifact");
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-        f.write_all(&bytes)?;
-        // The rename may only ever publish a complete file.
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
 }

@@ -269,13 +269,24 @@ fn before_panic(stderr: &str) -> &str {
     }
 }
 
-/// Why a call trapped, in one line: the trap itself, not where it was.
+/// Why a call trapped, in one line: the trap itself, not where it was,
+/// with a hint where the trap has one known cause.
 fn trap_reason(e: &wasmtime::Error) -> String {
     match e.downcast_ref::<Trap>() {
+        Some(trap @ Trap::CannotLeaveComponent) => format!("{trap}{CANNOT_LEAVE_HINT}"),
         Some(trap) => trap.to_string(),
         None => e.root_cause().to_string(),
     }
 }
+
+/// The hint for wasmtime's trap `cannot leave component instance` (the
+/// guest called out while the host was handing it a call's results, inside
+/// `cabi_realloc`): in a Go plugin it is the garbage collector reading the
+/// clock there (wasmtime issue 14318), which the Go helper package
+/// prevents.
+const CANNOT_LEAVE_HINT: &str = " (in a Go plugin, the garbage collector ran inside a host call: make host calls \
+     through the helper package \"wit_component/durasync\" (guest-sdk/go/durasync), which turns automatic \
+     collection off and collects between calls)";
 
 /// The first frames of a trap's wasm backtrace (empty when it has none).
 fn backtrace(e: &wasmtime::Error) -> String {
@@ -306,3 +317,24 @@ impl std::fmt::Display for Classified {
 }
 
 impl std::error::Error for Classified {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cannot_leave_trap_names_the_go_helper_package_and_no_other_trap_gets_a_hint() {
+        let reason = |trap: Trap| trap_reason(&wasmtime::Error::new(trap));
+        let hinted = reason(Trap::CannotLeaveComponent);
+        assert!(
+            hinted.starts_with("wasm trap: cannot leave component instance (in a Go plugin,"),
+            "{hinted}"
+        );
+        assert!(hinted.contains("\"wit_component/durasync\" (guest-sdk/go/durasync)"), "{hinted}");
+        for other in [Trap::UnreachableCodeReached, Trap::MemoryOutOfBounds, Trap::StackOverflow] {
+            assert_eq!(reason(other), other.to_string());
+        }
+        let text = wasmtime::Error::msg("cannot leave component instance, said a host function");
+        assert!(!trap_reason(&text).contains("Go"), "only the trap itself gets the hint");
+    }
+}

@@ -1,14 +1,15 @@
 //! The engine, the linker and the cache: compiling a component (or loading
 //! it precompiled), checking it against the policy and linking it.
 
+use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine};
 
 use std::sync::OnceLock;
 
 use super::bindings;
 use super::cache::{self, CacheConfig, CacheStatus};
 use super::call::Plugin;
+use super::compiler::{self, OutOfProcess};
 use super::distribution::{self, Registry};
 use super::errors::Error;
 use super::manifest::{Component as Source, Manifest};
@@ -67,10 +68,8 @@ impl Runtime {
     /// An engine with fuel and epoch interruption and a linker holding only
     /// the allowlisted imports.
     pub fn new(cache: &CacheConfig) -> Result<Self, Error> {
-        let mut config = Config::new();
-        // Fuel: deterministic CPU budget. Epochs: the wall-clock deadline.
-        config.consume_fuel(true).epoch_interruption(true).wasm_component_model(true);
-        let engine = Engine::new(&config).map_err(|e| Error::engine("creating the wasm engine", e))?;
+        let engine =
+            Engine::new(&compiler::config()).map_err(|e| Error::engine("creating the wasm engine", e))?;
         let mut linker = Linker::new(&engine);
         state::add_allowed_imports(&mut linker).map_err(|e| Error::engine("linking host functions", e))?;
         let cache = cache::Cache::new(cache);
@@ -97,6 +96,12 @@ impl Runtime {
         Ok(self.registry.get_or_init(|| r))
     }
 
+    /// Compile the components the cache does not hold in a child process
+    /// (see `compiler.rs`): the agent's memory then never carries a compile.
+    pub fn compile_out_of_process(&mut self, compiler: OutOfProcess) {
+        self.cache.set_compiler(compiler);
+    }
+
     /// Compile `wasm` (or load it from the cache). Refuses a precompiled
     /// artifact or a core module: only components are plugins.
     pub fn compile(&self, label: &str, wasm: &[u8]) -> Result<Compiled, Error> {
@@ -105,10 +110,12 @@ impl Runtime {
         // artifact, a core module or a file that is not wasm.
         let interface = Interface::parse(wasm).map_err(policy)?;
         let sha256 = sha256_hex(wasm);
-        let (component, cache) = self
-            .cache
-            .load(&self.engine, &sha256, wasm)
-            .map_err(|e| policy(format!("it is not a valid component: {e:#}")))?;
+        let (component, cache) = self.cache.load(&self.engine, &sha256, wasm).map_err(|e| match e {
+            cache::LoadError::Invalid(e) => policy(format!("it is not a valid component: {e:#}")),
+            cache::LoadError::Compiler(why) => {
+                Error::Io { what: format!("compiling {label}"), source: std::io::Error::other(why) }
+            }
+        })?;
         Ok(Compiled { component, sha256, interface, cache })
     }
 

@@ -18,6 +18,10 @@
 //! path = "/var/lib/certs"           # absolute, or relative to the manifest's directory
 //! access = "rw"                     # "rw" or "ro"
 //! special_modes = false             # allow setuid, setgid, sticky bits (default false)
+//! owner = "root"                    # optional: owner of every file written ("keep", a name or an id)
+//! group = "kube"                    # optional: group of every file written (same forms)
+//! label = "keep"                    # optional: SELinux label: "keep" (default), "kernel" or a context
+//! preserve = ["xattrs", "acl"]      # optional: carry the replaced file's xattrs and POSIX ACLs
 //! [limits]                          # all optional
 //! fuel = 10_000_000_000             # or "unlimited"
 //! timeout_ms = 30_000
@@ -61,6 +65,9 @@ pub struct Root {
     /// Whether the plugin may give files setuid, setgid and sticky bits
     /// there (`special_modes = true`; refused by default).
     pub special_modes: bool,
+    /// What every inode written there gets besides bytes and mode (`owner`,
+    /// `group`, `label`, `preserve`); a plugin cannot choose it.
+    pub attrs: crate::durable::Attrs,
 }
 
 /// A parsed, validated manifest.
@@ -152,7 +159,17 @@ const VERIFY_KEYS: &[&str] = &[
 ];
 const KEY_KEYS: &[&str] = &["path", "not_before", "not_after"];
 const IDENTITY_KEYS: &[&str] = &["issuer", "subject", "subject_regex", "not_before", "not_after"];
-const ROOT_KEYS: &[&str] = &["path", "access", "special_modes", "min_files", "max_removed_fraction"];
+const ROOT_KEYS: &[&str] = &[
+    "path",
+    "access",
+    "special_modes",
+    "owner",
+    "group",
+    "label",
+    "preserve",
+    "min_files",
+    "max_removed_fraction",
+];
 const LIMIT_KEYS: &[&str] = &[
     "fuel",
     "timeout_ms",
@@ -282,11 +299,13 @@ impl Manifest {
                             ));
                         }
                     };
+                    let attrs = parse_root_attrs(rt, &key).map_err(|(k, w)| bad(&k, w))?;
                     guards.push((
                         root_name.clone(),
                         config::parse_guard(rt, &key).map_err(|(k, w)| bad(&k, w))?,
                     ));
-                    roots.insert(root_name.clone(), Root { path: base.join(p), access, special_modes });
+                    roots
+                        .insert(root_name.clone(), Root { path: base.join(p), access, special_modes, attrs });
                 }
             }
             Some(_) => return Err(bad("roots", "must be a table of `[roots.NAME]` tables".into())),
@@ -378,11 +397,64 @@ impl Manifest {
             key: name.to_owned(),
             reason: why,
         })?;
-        let (access, special_modes) =
-            self.roots.get(name).map_or((Access::ReadWrite, false), |r| (r.access, r.special_modes));
-        self.roots.insert(name.to_owned(), Root { path, access, special_modes });
+        let (access, special_modes, attrs) =
+            self.roots.get(name).map_or((Access::ReadWrite, false, Default::default()), |r| {
+                (r.access, r.special_modes, r.attrs.clone())
+            });
+        self.roots.insert(name.to_owned(), Root { path, access, special_modes, attrs });
         Ok(())
     }
+}
+
+/// A root's `owner`, `group`, `label` and `preserve` (see `durable::attrs`):
+/// names are looked up now, so an unknown user is a manifest error naming
+/// the key.
+fn parse_root_attrs(rt: &toml::Table, key: &str) -> Result<crate::durable::Attrs, (String, String)> {
+    use crate::durable::attrs::{parse_id, parse_label};
+    let mut attrs = crate::durable::Attrs::default();
+    let text = |name: &str| -> Result<Option<String>, (String, String)> {
+        match rt.get(name) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+            Some(toml::Value::Integer(i)) if name != "label" => Ok(Some(i.to_string())),
+            Some(other) => {
+                Err((format!("{key}.{name}"), format!("must be a string, not {}", other.type_str())))
+            }
+        }
+    };
+    if let Some(v) = text("owner")? {
+        attrs.owner = parse_id(&v, "owner").map_err(|w| (format!("{key}.owner"), w))?;
+    }
+    if let Some(v) = text("group")? {
+        attrs.group = parse_id(&v, "group").map_err(|w| (format!("{key}.group"), w))?;
+    }
+    if let Some(v) = text("label")? {
+        attrs.label = parse_label(&v).map_err(|w| (format!("{key}.label"), w))?;
+    }
+    match rt.get("preserve") {
+        None => {}
+        Some(toml::Value::Array(items)) => {
+            for item in items {
+                match item.as_str() {
+                    Some("xattrs") => attrs.xattrs = true,
+                    Some("acl") => attrs.acl = true,
+                    _ => {
+                        return Err((
+                            format!("{key}.preserve"),
+                            format!("may list only \"xattrs\" and \"acl\", not {item}"),
+                        ));
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            return Err((
+                format!("{key}.preserve"),
+                format!("must be a list such as [\"xattrs\", \"acl\"], not {}", other.type_str()),
+            ));
+        }
+    }
+    Ok(attrs)
 }
 
 /// The `[verify]` table: keys read and parsed now, so a bad key file is a
@@ -644,13 +716,52 @@ mod tests {
         assert_eq!(m.wasm, Component::File("/etc/durasync/p/c.wasm".into()));
         assert_eq!(
             m.roots["certs"],
-            Root { path: "/etc/durasync/p/certs".into(), access: Access::ReadOnly, special_modes: false }
+            Root {
+                path: "/etc/durasync/p/certs".into(),
+                access: Access::ReadOnly,
+                special_modes: false,
+                attrs: Default::default()
+            }
         );
         assert_eq!(m.limits.fuel, None);
         assert_eq!(m.limits.timeout_ms, 5);
         assert_eq!(m.limits.memory_bytes, PluginLimits::default().memory_bytes);
         assert_eq!(m.config_json, r#"{"a":[1,2]}"#);
         assert_eq!(m.flush, None, "no `flush`: the runner's default");
+    }
+
+    #[test]
+    fn a_roots_owner_group_label_and_preserve_parse_and_bad_ones_name_the_key() {
+        use crate::durable::{IdRule, LabelRule};
+        let head = format!(
+            "name = \"x\"\nwasm = \"x.wasm\"\nsha256 = \"{SHA}\"\n[roots.certs]\npath = \"c\"\naccess = \"rw\"\n"
+        );
+        let m = parse(&format!(
+            "{head}owner = \"root\"\ngroup = 1000\nlabel = \"system_u:object_r:cert_t:s0\"\npreserve = [\"xattrs\", \"acl\"]\n"
+        ))
+        .unwrap();
+        let attrs = &m.roots["certs"].attrs;
+        assert_eq!((attrs.owner, attrs.group), (IdRule::Id(0), IdRule::Id(1000)));
+        assert_eq!(attrs.label, LabelRule::Fixed("system_u:object_r:cert_t:s0".into()));
+        assert!(attrs.xattrs && attrs.acl);
+        let m = parse(&format!("{head}owner = \"keep\"\n")).unwrap();
+        assert_eq!(m.roots["certs"].attrs.owner, IdRule::Keep);
+        assert_eq!(
+            m.roots["certs"].attrs.label,
+            LabelRule::Keep,
+            "the label of what it replaces, by default"
+        );
+        for (extra, key, says) in [
+            ("owner = \"no-such-user-durasync\"", "roots.certs.owner", "no user named"),
+            ("group = \"no-such-group-durasync\"", "roots.certs.group", "no group named"),
+            ("owner = true", "roots.certs.owner", "must be a string"),
+            ("label = \"etc_t\"", "roots.certs.label", "SELinux context"),
+            ("preserve = [\"all\"]", "roots.certs.preserve", "only \"xattrs\" and \"acl\""),
+            ("preserve = \"xattrs\"", "roots.certs.preserve", "must be a list"),
+        ] {
+            let e = parse(&format!("{head}{extra}\n")).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(says), "{extra}: {e}");
+        }
     }
 
     #[test]
@@ -946,7 +1057,12 @@ mod tests {
         m.override_root("d", "/d".into()).unwrap();
         assert_eq!(
             m.roots["c"],
-            Root { path: "/elsewhere".into(), access: Access::ReadOnly, special_modes: false }
+            Root {
+                path: "/elsewhere".into(),
+                access: Access::ReadOnly,
+                special_modes: false,
+                attrs: Default::default()
+            }
         );
         assert_eq!(m.roots["d"].access, Access::ReadWrite);
         assert!(m.override_root("../x", "/x".into()).is_err());

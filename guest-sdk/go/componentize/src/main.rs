@@ -3,6 +3,8 @@
 //! ```text
 //! durasync-go build PLUGIN_DIR OUT.wasm
 //! durasync-go test PLUGIN_DIR [GO TEST FLAGS…]
+//! durasync-go bindings DIR
+//! durasync-go --help | --version
 //! ```
 //!
 //! `PLUGIN_DIR` holds the plugin's `*.go` files, package `export_wit_world`
@@ -10,15 +12,16 @@
 //! temporary folder beside `OUT.wasm` it assembles the module
 //! `wit_component`:
 //!
-//! - the Go bindings of the `plugin` world of `wit/` (what `wit-bindgen go`
-//!   0.63 writes, in its standalone layout);
+//! - the Go bindings of the `plugin` world of the WIT (`wit/durasync.wit`,
+//!   compiled into this tool; what `wit-bindgen go` 0.63 writes, in its
+//!   standalone layout);
 //! - the plugin's files as `wit_component/export_wit_world`;
 //! - the helper package `guest-sdk/go/durasync` as `wit_component/durasync`
 //!   (compiled into this tool);
 //! - `go.bytecodealliance.org/pkg`, the one module the bindings import, which
 //!   no registry these machines reach serves: its source ships inside the
-//!   crates.io crate `wit-bindgen-go` (`src/pkg/`), found with `cargo
-//!   metadata` and copied, and a `go.mod` whose `replace` points at the copy;
+//!   crates.io crate `wit-bindgen-go` (`src/pkg/`), which `build.rs` embeds
+//!   in this tool, and a `go.mod` whose `replace` points at the copy;
 //!
 //! then runs `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared` (the Go
 //! binary of `$GO`, else `go` on the `PATH`; no network, no other toolchain)
@@ -33,6 +36,12 @@
 //! `harness.go` then serves the plugin's calls through `durasync harness`
 //! (`$DURASYNC`), so the plugin's `*_test.go` files run against the host's
 //! own rules without a component.
+//!
+//! `bindings DIR` writes the same module without a plugin, for an editor:
+//! put the plugin's files in `DIR/export_wit_world` and open `DIR`.
+//!
+//! Everything it writes comes from its own binary: it runs with no cargo on
+//! the `PATH` and no durasync checkout.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,20 +71,57 @@ fn go_mod(go: &str) -> String {
     )
 }
 
+/// The WIT the plugins are built against (the repository's `wit/`).
+const WIT: &str = include_str!("../../../../wit/durasync.wit");
+
+// `PKG`: the files of `go.bytecodealliance.org/pkg` (see build.rs).
+include!(concat!(env!("OUT_DIR"), "/pkg.rs"));
+
+const USAGE: &str = "\
+usage: durasync-go build PLUGIN_DIR OUT.wasm
+       durasync-go test PLUGIN_DIR [GO TEST FLAGS...]
+       durasync-go bindings DIR
+       durasync-go --help | --version
+
+build     builds the plugin in PLUGIN_DIR (its *.go files, package export_wit_world)
+          into the component OUT.wasm, with GOOS=wasip1 GOARCH=wasm go build
+test      runs the plugin's *_test.go files under go test, natively, its calls
+          served by `durasync harness` ($DURASYNC, else durasync on PATH)
+bindings  writes the module a plugin is built in, without the plugin: the Go
+          bindings of the WIT, the helper package wit_component/durasync and
+          go.bytecodealliance.org/pkg; put the plugin's files in
+          DIR/export_wit_world and open DIR in an editor
+
+The Go binary is $GO, else go on PATH. The WIT, the helper and the bindings'
+Go sources are inside this binary: no cargo and no durasync checkout needed.
+";
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["build", plugin, out] => build(Path::new(plugin), Path::new(out)),
         ["test", plugin, ref flags @ ..] => test(Path::new(plugin), flags),
-        _ => bail!(
-            "usage: durasync-go build PLUGIN_DIR OUT.wasm | durasync-go test PLUGIN_DIR [GO TEST FLAGS]"
-        ),
+        ["bindings", dir] => bindings(Path::new(dir)),
+        ["--help" | "-h" | "help"] => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        ["--version" | "-V"] => {
+            let (resolve, world) = resolve()?;
+            let pkg = resolve.worlds[world].package.context("the world has no package")?;
+            println!(
+                "durasync-go {} (WIT {}, wit-bindgen-go 0.63.0, {})",
+                env!("CARGO_PKG_VERSION"),
+                resolve.packages[pkg].name,
+                wit_bindgen_go::remote_pkg_version()
+            );
+            Ok(())
+        }
+        _ => {
+            eprint!("{USAGE}");
+            std::process::exit(2)
+        }
     }
-}
-
-/// The repository's `wit/` folder (this crate is `guest-sdk/go/componentize`).
-fn wit_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../wit")
 }
 
 /// The plugin's `*.go` files (its `*_test.go` files too: `go build` leaves
@@ -137,6 +183,18 @@ fn test(plugin: &Path, flags: &[&str]) -> Result<()> {
     result
 }
 
+/// `bindings DIR`: the module without a plugin, for an editor.
+fn bindings(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir.join("export_wit_world"))?;
+    assemble(&[], dir)?;
+    println!(
+        "wrote the module wit_component to {} (the plugin's files go in {})",
+        dir.display(),
+        dir.join("export_wit_world").display()
+    );
+    Ok(())
+}
+
 /// Lay out the module `wit_component` in `stage` (see the crate's docs).
 fn assemble(sources: &[PathBuf], stage: &Path) -> Result<(Resolve, wit_parser::WorldId)> {
     let (mut resolve, world) = resolve()?;
@@ -156,13 +214,14 @@ fn assemble(sources: &[PathBuf], stage: &Path) -> Result<(Resolve, wit_parser::W
     for (name, text) in HELPER {
         write(&stage.join("durasync").join(name), text.as_bytes())?;
     }
-    let pkg = pkg_source()?;
-    copy_go_tree(&pkg, &stage.join("_pkg"))?;
-    let pkg_mod = std::fs::read_to_string(pkg.join("go.mod"))?;
-    let go_version = pkg_mod
+    for (name, bytes) in PKG {
+        write(&stage.join("_pkg").join(name), bytes)?;
+    }
+    let pkg_mod = PKG.iter().find(|(name, _)| *name == "go.mod").context("no go.mod in the embedded pkg")?;
+    let go_version = std::str::from_utf8(pkg_mod.1)?
         .lines()
         .find_map(|l| l.strip_prefix("go "))
-        .with_context(|| format!("no `go` line in {}", pkg.join("go.mod").display()))?;
+        .context("no `go` line in go.bytecodealliance.org/pkg's go.mod")?;
     write(&stage.join("go.mod"), go_mod(go_version.trim()).as_bytes())?;
     Ok((resolve, world))
 }
@@ -219,52 +278,10 @@ fn build_in((resolve, world): &(Resolve, wit_parser::WorldId), stage: &Path, out
 }
 
 fn resolve() -> Result<(Resolve, wit_parser::WorldId)> {
-    let wit = wit_dir();
     let mut resolve = Resolve::default();
-    let (pkg, _) =
-        resolve.push_path(&wit).with_context(|| format!("reading the WIT in {}", wit.display()))?;
+    let pkg = resolve.push_str("durasync.wit", WIT).context("parsing the embedded WIT")?;
     let world = resolve.select_world(&[pkg], Some(WORLD))?;
     Ok((resolve, world))
-}
-
-/// `src/pkg` of the `wit-bindgen-go` crate this tool was built with, where
-/// cargo unpacked it.
-fn pkg_source() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["metadata", "--offline", "--locked", "--format-version", "1", "--manifest-path"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .output()
-        .context("running cargo metadata (to find wit-bindgen-go's source)")?;
-    if !out.status.success() {
-        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let manifest = meta["packages"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == "wit-bindgen-go"))
-        .and_then(|p| p["manifest_path"].as_str())
-        .context("wit-bindgen-go is not among durasync-go's packages")?;
-    let pkg = Path::new(manifest).parent().unwrap().join("src/pkg");
-    if !pkg.join("go.mod").is_file() {
-        bail!("no go.mod in {}", pkg.display());
-    }
-    Ok(pkg)
-}
-
-/// Copy `go.mod` and the `*.go` / `*.s` files beneath `from` to `to`.
-fn copy_go_tree(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        if e.file_type()?.is_dir() {
-            copy_go_tree(&src, &dst)?;
-        } else if src.extension().is_some_and(|x| x == "go" || x == "s") || e.file_name() == "go.mod" {
-            std::fs::copy(&src, &dst).with_context(|| format!("copying {}", src.display()))?;
-        }
-    }
-    Ok(())
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -1,6 +1,6 @@
 # The harness twin of the `fs` bindings componentize-py generates: the same
 # names and signatures, each call served by `durasync harness` (the host's
-# own rules) through durasync_harness. Not generated: see ../../../README.md.
+# own rules) through durasync_harness. Not generated (see durasync_harness/__init__.py).
 """
 The durable file-system operations, on capability handles.
 """

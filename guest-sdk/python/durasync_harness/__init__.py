@@ -3,14 +3,22 @@ rules: `durasync harness` serves every `fs` and `log` call (the host's
 services layer over temporary or given directories, with a manifest's
 limits, dry runs and operation records) as JSON lines over a pipe.
 
-Put this folder first on `sys.path` (it holds `wit_world` and
-`componentize_py_types` with the generated bindings' names), then:
+Importing this package puts its `shim` folder first on `sys.path`: it holds
+`wit_world` and `componentize_py_types` with the names of the bindings
+componentize-py generates, so a plugin's code runs unchanged. Import it
+before the plugin and before `wit_world` or `componentize_py_types`:
+
+    import durasync_harness
+    from durasync_harness import Harness
+    from app import WitWorld
 
     with Harness(roots=["out"]) as host:
         result = WitWorld().run("{}", b"A=1\\n")
         assert host.files("out") == {"env/A": (0o644, b"1\\n")}
 
 The `durasync` binary is `$DURASYNC`, else `durasync` on `PATH`.
+`python3 -m durasync_harness wit` prints the folder holding the WIT
+(`durasync.wit`) the component is built against.
 """
 
 import base64
@@ -18,8 +26,21 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import tempfile
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+#: The shim's folder (`wit_world`, `componentize_py_types`).
+SHIM = os.path.join(_HERE, "shim")
+if SHIM not in sys.path:
+    sys.path.insert(0, SHIM)
+
+#: The folder holding `durasync.wit`: inside the installed package, or the
+#: checkout's `wit/` when this runs from the source tree.
+_WIT_DIRS = (os.path.join(_HERE, "wit"), os.path.normpath(os.path.join(_HERE, "..", "..", "..", "wit")))
+WIT = next((d for d in _WIT_DIRS if os.path.isfile(os.path.join(d, "durasync.wit"))), _WIT_DIRS[0])
 
 from componentize_py_types import Err
 
