@@ -1,6 +1,8 @@
 //! The authoring guide (`guest-sdk/README.md`), run exactly as written: its
 //! `sh` blocks are run in order and its file blocks (```` ```lang PATH ````)
-//! are written, in a copy of the repository with `durasync` on `PATH`.
+//! are written, in a copy of the repository with `durasync` on `PATH`. The
+//! other languages' kit commands are `shell` blocks, not steps of this walk:
+//! `kits.rs` builds, installs and runs each kit outside the checkout.
 
 use std::path::Path;
 use std::process::Command;
