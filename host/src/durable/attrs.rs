@@ -66,7 +66,7 @@ pub enum LabelRule {
 }
 
 /// The policy of a root: what every inode an operation creates there gets.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attrs {
     /// The owner of new inodes.
     pub owner: IdRule,
@@ -80,6 +80,13 @@ pub struct Attrs {
     /// Carry the replaced inode's POSIX ACLs (`preserve = ["acl"]`):
     /// `system.posix_acl_access`, and `system.posix_acl_default` of a directory.
     pub acl: bool,
+}
+
+impl Default for Attrs {
+    /// [`Attrs::DEFAULT`].
+    fn default() -> Self {
+        Attrs::DEFAULT
+    }
 }
 
 /// The SELinux label's extended attribute.
@@ -333,6 +340,23 @@ fn same_kind(dir: BorrowedFd<'_>, name: &str, path: &str, want: Kind) -> Result<
     }
 }
 
+/// Call `read` (a `getxattr` or `listxattr`) with a small buffer, and again
+/// with the kernel's largest when the answer does not fit (`ERANGE`): a label
+/// is tens of bytes, and the default policy reads one per replaced file.
+fn with_buffer(read: impl Fn(&mut [u8]) -> rustix::io::Result<usize>) -> rustix::io::Result<Vec<u8>> {
+    let mut small = [0u8; 256];
+    match read(&mut small) {
+        Ok(n) => Ok(small[..n].to_vec()),
+        Err(rustix::io::Errno::RANGE) => {
+            let mut buf = vec![0u8; XATTR_MAX];
+            let n = read(&mut buf)?;
+            buf.truncate(n);
+            Ok(buf)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads one inode's extended attributes without following a link.
 struct XattrReader {
     /// `/proc/self/fd/N/NAME`, or an fd of the inode itself.
@@ -378,16 +402,12 @@ impl XattrReader {
 
     /// One attribute's value, `None` when the inode has none.
     fn get(&self, name: &CStr) -> Result<Option<Vec<u8>>> {
-        let mut buf = vec![0u8; XATTR_MAX];
-        let got = match &self.at {
-            At::Proc(p) => rustix::fs::lgetxattr(p.as_c_str(), name, &mut buf[..]),
-            At::Fd(fd) => rustix::fs::fgetxattr(fd, name, &mut buf[..]),
-        };
+        let got = with_buffer(|buf| match &self.at {
+            At::Proc(p) => rustix::fs::lgetxattr(p.as_c_str(), name, buf),
+            At::Fd(fd) => rustix::fs::fgetxattr(fd, name, buf),
+        });
         match got {
-            Ok(n) => {
-                buf.truncate(n);
-                Ok(Some(buf))
-            }
+            Ok(value) => Ok(Some(value)),
             // No such attribute, or a file system without extended attributes.
             Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(None),
             Err(e) => Err(Error::io(Step::Read, format!("{} (extended attribute {name:?})", self.path), e)),
@@ -396,19 +416,18 @@ impl XattrReader {
 
     /// Every attribute `policy` carries, in the kernel's order.
     fn carried(&self, policy: &Attrs, is_dir: bool) -> Result<Vec<(CString, Vec<u8>)>> {
-        let mut list = vec![0u8; XATTR_MAX];
-        let got = match &self.at {
-            At::Proc(p) => rustix::fs::llistxattr(p.as_c_str(), &mut list[..]),
-            At::Fd(fd) => rustix::fs::flistxattr(fd, &mut list[..]),
-        };
-        let n = match got {
-            Ok(n) => n,
+        let got = with_buffer(|buf| match &self.at {
+            At::Proc(p) => rustix::fs::llistxattr(p.as_c_str(), buf),
+            At::Fd(fd) => rustix::fs::flistxattr(fd, buf),
+        });
+        let list = match got {
+            Ok(list) => list,
             Err(rustix::io::Errno::OPNOTSUPP) => return Ok(Vec::new()),
             Err(e) => return Err(Error::io(Step::Read, format!("{} (extended attributes)", self.path), e)),
         };
         let mut out = Vec::new();
         let mut bytes = 0usize;
-        for raw in list[..n].split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        for raw in list.split(|b| *b == 0).filter(|r| !r.is_empty()) {
             let Ok(name) = std::str::from_utf8(raw) else { continue };
             let acl = name == ACL_ACCESS || (is_dir && name == ACL_DEFAULT);
             let wanted = if acl {

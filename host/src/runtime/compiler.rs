@@ -94,20 +94,20 @@ impl OutOfProcess {
             .map_err(|e| format!("starting the compiler ({}): {e}", self.program.display()))?;
         let stderr: OwnedFd = child.stderr.take().expect("piped").into();
         let mut stdin = child.stdin.take().expect("piped");
+        let mut kept = Vec::new();
         // The pipe is drained by the child as it reads; written from a
         // thread so a child that stops reading cannot block the caller
         // past the deadline (it is killed, the write then fails).
-        let bytes = wasm.to_vec();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&bytes);
+        let ended = std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let _ = stdin.write_all(wasm);
+            });
+            supervise(&mut child, vec![stderr], started + self.timeout, &mut |_, chunk| {
+                let room = STDERR_KEPT.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                true
+            })
         });
-        let mut kept = Vec::new();
-        let ended = supervise(&mut child, vec![stderr], started + self.timeout, &mut |_, chunk| {
-            let room = STDERR_KEPT.saturating_sub(kept.len());
-            kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            true
-        });
-        let _ = writer.join();
         let said = String::from_utf8_lossy(&kept).trim().to_owned();
         let said = if said.is_empty() { String::new() } else { format!(": {said}") };
         match ended {
