@@ -219,6 +219,7 @@ pub fn key(op: &SysOp<'_>) -> Key {
         SysOp::Link { from, to } => ("link", format!("{} -> {}", normalize(from), normalize(to))),
         SysOp::Unlink { path } => ("unlink", normalize(path)),
         SysOp::Rmdir { path } => ("rmdir", normalize(path)),
+        SysOp::Symlink { path, .. } => ("symlink", normalize(path)),
         SysOp::Chown { path, .. } => ("chown", normalize(path)),
         SysOp::SetXattr { path, name, .. } => ("setxattr", format!("{} {name}", normalize(path))),
     };

@@ -249,6 +249,7 @@ impl Probe for Recorder {
             SysOp::Rename { from, to, replace } => ROp::Rename { from: p(from), to: p(to), replace },
             SysOp::Unlink { path } => ROp::Unlink { path: p(path) },
             SysOp::Rmdir { path } => ROp::Rmdir { path: p(path) },
+            SysOp::Symlink { path, target } => ROp::Symlink { path: p(path), target: target.to_owned() },
         };
         self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(rop);
     }
