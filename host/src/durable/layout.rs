@@ -60,7 +60,7 @@
 //! generation (made durable), `.durasync-data` is made to name it (fsync
 //! before and after), then each file is replaced by a link to its own copy
 //! (a plain rename of a link over a file: the same bytes before and after)
-//! and the directory is fsynced. A crash in between leaves some files real,
+//! (the change that follows fsyncs the directory before its switch). A crash in between leaves some files real,
 //! some links, all showing the old contents; the next change finds them
 //! (a file whose copy in the current generation holds the same bytes and
 //! mode) and finishes the job. Only regular files can be taken over: a
@@ -90,7 +90,9 @@ use super::error::{Error, Result, Step, committed, unsupported_or};
 use super::flush::choose as choose_flush;
 use super::lock::lock;
 use super::marker::{is_marked, mark_in, unmark_in};
-use super::names::{DATA_LINK, Leftover, entry_link, gen_name, is_gen, is_reserved, leftover_name};
+use super::names::{
+    DATA_LINK, LOCK_NAME, Leftover, entry_link, gen_name, is_gen, is_reserved, leftover_name,
+};
 use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
 use super::sync::{Carried, FILL_MODE, build_staging, target_state};
@@ -225,11 +227,13 @@ fn entries(dir: BorrowedFd<'_>, shown: &str) -> Result<Entries> {
 /// names (`list_own_names`): generation directories other than the current
 /// one and the layout's links whose name the current generation lacks
 /// (dangling: a reader sees no such name either way). Nothing when the
-/// directory is not in the layout or its `.durasync-data` is not as the
-/// layout leaves it (then nothing of it is judged). The caller holds the
-/// directory's lock and has checked it is not marked unsynced.
+/// directory is not in the layout, is marked unsynced, or its
+/// `.durasync-data` is not as the layout leaves it (then nothing of it is
+/// judged). The caller holds the directory's lock.
 pub(crate) fn stale_entries(dir: BorrowedFd<'_>, shown: &str, names: &[String]) -> Result<Vec<String>> {
-    if !names.iter().any(|n| n == DATA_LINK) {
+    // Marked unsynced, the generation on disk may be an older one than
+    // `.durasync-data` shows: nothing is judged until a change commits.
+    if !names.iter().any(|n| n == DATA_LINK) || is_marked(dir, DATA_LINK)? {
         return Ok(Vec::new());
     }
     let Ok(Some(current)) = current_name(dir, shown) else { return Ok(Vec::new()) };
@@ -294,7 +298,9 @@ pub(crate) fn sync_linked(
     }
     let dir = open_dir(parent, name, name)?;
     let dir = dir.as_fd();
+    let new_lock = kind_at(dir, LOCK_NAME, &join(name, LOCK_NAME))?.0 == Kind::Missing;
     let _dir_lock = lock(&sys, dir, name)?;
+    let mut lock_pending = new_lock;
     // Leftovers of an earlier change (a temporary link, an older
     // generation, links of names since removed) go first, unless the last
     // change's commit fsync failed: then the generation on disk may still
@@ -303,12 +309,18 @@ pub(crate) fn sync_linked(
     let marked = is_marked(dir, DATA_LINK)?;
     let current = match current_name(dir, name)? {
         Some(g) => g,
-        None => take_over(&sys, parent, name, dir, opts)?,
+        None => {
+            lock_durable(&sys, dir, name, &mut lock_pending)?;
+            take_over(&sys, parent, name, dir, opts)?
+        }
     };
     let shown_current = join(name, &current);
     let (current_fd, gen_mode) =
         (open_dir(dir, &current, &shown_current)?, kind_at(dir, &current, &shown_current)?.1);
     let found = entries(dir, name)?;
+    if !found.foreign.is_empty() {
+        lock_durable(&sys, dir, name, &mut lock_pending)?;
+    }
     finish_take_over(&sys, dir, name, current_fd.as_fd(), &found, opts)?;
     let found = entries(dir, name)?;
 
@@ -338,6 +350,7 @@ pub(crate) fn sync_linked(
     // 1–3: the new generation, durable; the links of new names; the
     // temporary link to the generation; then the target's fsync, so the
     // switch can only reach the disk after all of them.
+    lock_durable(&sys, dir, name, &mut lock_pending)?;
     let stage = sys.mkdir(dir, &new_gen, &shown_new, FILL_MODE)?;
     let staged = build_staging(
         &sys,
@@ -399,6 +412,17 @@ pub(crate) fn sync_linked(
     })
 }
 
+/// Make the lock file just created in `dir` durable (once: `pending` is
+/// cleared) before durasync makes its first entry there. Recovery removes
+/// durasync's entries only in a directory holding a lock file
+/// (`recover.rs`); an unchanged answer makes none and needs no fsync.
+fn lock_durable(sys: &Sys<'_>, dir: BorrowedFd<'_>, name: &str, pending: &mut bool) -> Result<()> {
+    if std::mem::take(pending) {
+        sys.fsync_dir(dir, name, Step::FsyncDir)?;
+    }
+    Ok(())
+}
+
 /// `remove_leftovers_or_defer` for the target directory `dir` (shown as
 /// `shown`), whose own marker is the one of [`DATA_LINK`].
 fn remove_leftovers_or_defer_in(sys: &Sys<'_>, dir: BorrowedFd<'_>, shown: &str) -> Result<bool> {
@@ -425,19 +449,33 @@ fn create_linked(
     let stage = sys.mkdir(parent, &staging, &staging, FILL_MODE)?;
     let generation = gen_name();
     let shown_gen = join(&staging, &generation);
-    let built = sys.mkdir(stage.as_fd(), &generation, &shown_gen, FILL_MODE).and_then(|g| {
-        build_staging(sys, g.as_fd(), &shown_gen, IMPLIED_DIR_MODE, tree, None, &attr_plan, &flush, opts)?;
-        opts.cancel.check(name)?;
-        for top in top_names(tree) {
-            sys.symlink(stage.as_fd(), top, &join(&staging, top), &entry_link(top))?;
-        }
-        sys.symlink(stage.as_fd(), DATA_LINK, &join(&staging, DATA_LINK), &generation)?;
-        attrs::apply(sys, stage.as_fd(), &staging, &attr_plan.root)?;
-        sys.chmod(stage.as_fd(), &staging, IMPLIED_DIR_MODE)?;
-        // The target's entries (its generation, its links) durable before
-        // the rename can make it reachable.
-        sys.fsync_dir(stage.as_fd(), &staging, Step::FsyncDir)
-    });
+    // Born with its lock file (durable with the rest of its entries), so
+    // that recovery may remove what a later change leaves in it.
+    let built = lock(sys, stage.as_fd(), &staging)
+        .and_then(|_| sys.mkdir(stage.as_fd(), &generation, &shown_gen, FILL_MODE))
+        .and_then(|g| {
+            build_staging(
+                sys,
+                g.as_fd(),
+                &shown_gen,
+                IMPLIED_DIR_MODE,
+                tree,
+                None,
+                &attr_plan,
+                &flush,
+                opts,
+            )?;
+            opts.cancel.check(name)?;
+            for top in top_names(tree) {
+                sys.symlink(stage.as_fd(), top, &join(&staging, top), &entry_link(top))?;
+            }
+            sys.symlink(stage.as_fd(), DATA_LINK, &join(&staging, DATA_LINK), &generation)?;
+            attrs::apply(sys, stage.as_fd(), &staging, &attr_plan.root)?;
+            sys.chmod(stage.as_fd(), &staging, IMPLIED_DIR_MODE)?;
+            // The target's entries (its generation, its links) durable before
+            // the rename can make it reachable.
+            sys.fsync_dir(stage.as_fd(), &staging, Step::FsyncDir)
+        });
     drop(stage);
     if let Err(e) = built {
         let _ = remove_tree(sys, parent, &staging, &staging, &Cancel::NEVER);
@@ -509,7 +547,9 @@ fn take_over(
 }
 
 /// Replace each regular file `files` of `dir` by the layout's link to its
-/// copy in the current generation, then fsync `dir`.
+/// copy in the current generation. Not fsynced here: whichever of these
+/// renames a crash keeps, a reader sees the same bytes, and the change that
+/// follows fsyncs `dir` before its switch.
 fn link_over(sys: &Sys<'_>, dir: BorrowedFd<'_>, name: &str, files: &[&str]) -> Result<()> {
     for file in files {
         let tmp = leftover_name(Leftover::Tmp);
@@ -519,10 +559,7 @@ fn link_over(sys: &Sys<'_>, dir: BorrowedFd<'_>, name: &str, files: &[&str]) -> 
         // bytes before and after the rename.
         sys.rename(dir, &tmp, &shown_tmp, file, &join(name, file), true)?;
     }
-    if files.is_empty() {
-        return Ok(());
-    }
-    sys.fsync_dir(dir, name, Step::FsyncDir)
+    Ok(())
 }
 
 /// Before a change of a directory in the layout: every entry must be the
