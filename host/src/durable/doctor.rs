@@ -240,7 +240,7 @@ fn mount_point_finding(path: &Path, kind: TargetKind, mount: Option<&Mount>) -> 
         && canonical.as_deref().is_some_and(|c| m.all_points.iter().any(|p| p == c));
     if is_mount {
         Finding::Fail(
-            "the target is a mount point: a swap onto it fails with EBUSY; mount its parent instead (a hostPath of the directory that holds it)".into(),
+            "the target is a mount point: a swap onto it fails with EBUSY; mount its parent instead (a hostPath of the directory that holds it), or use the symlink layout (layout = \"symlink\"), which never moves the target".into(),
         )
     } else {
         Finding::Ok("not a mount point".into())
@@ -260,10 +260,12 @@ fn overlay_finding(path: &Path, kind: TargetKind, root: bool, mount: Option<&Mou
     Some(match in_lower {
         Some(layer) if root => Finding::Warn(format!(
             "the root comes from the lower layer {layer}: a target below it that also does cannot be swapped \
-             (overlayfs refuses to move a lower-layer directory: EXDEV); new targets can"
+             (overlayfs refuses to move a lower-layer directory: EXDEV) unless the root uses the symlink layout; \
+             new targets can"
         )),
         Some(layer) if !redirect => Finding::Fail(format!(
-            "the target is a directory of the lower layer {layer}: overlayfs refuses to move it (EXDEV), so a sync fails; write it from an upper-layer directory or a volume"
+            "the target is a directory of the lower layer {layer}: overlayfs refuses to move it (EXDEV), so a sync fails; \
+             the symlink layout (layout = \"symlink\") takes it over, or write it from an upper-layer directory or a volume"
         )),
         Some(layer) => Finding::Warn(format!(
             "the target is a directory of the lower layer {layer}; redirect_dir lets overlayfs move it"

@@ -86,7 +86,7 @@ use super::Options;
 use super::attrs;
 use super::cancel::Cancel;
 use super::diff::{Carry, compare, compare_carrying, file_holds};
-use super::error::{Error, Result, Step, committed, unsupported_or};
+use super::error::{Error, Result, Step, committed, flags_unsupported, unsupported_or};
 use super::flush::choose as choose_flush;
 use super::lock::lock;
 use super::marker::{is_marked, mark_in, unmark_in};
@@ -342,6 +342,7 @@ pub(crate) fn sync_linked(
         (!marked).then(|| Carried { target: current_fd.as_fd(), name: &shown_current, files: &carry });
     let carried_count = carried.as_ref().map_or(0, |c| c.files.len());
     let flush = choose_flush(opts.flush, dir, name, tree.file_count() - carried_count, opts.threads)?;
+    tracing::debug!(target = name, syncfs = flush.syncfs, threads = flush.threads, why = %flush.why, "flush");
     let new_gen = gen_name();
     let shown_new = join(name, &new_gen);
     let tmp = leftover_name(Leftover::Tmp);
@@ -481,8 +482,8 @@ fn create_linked(
         let _ = remove_tree(sys, parent, &staging, &staging, &Cancel::NEVER);
         return Err(e);
     }
-    // NOREPLACE: a target created meanwhile is never clobbered.
-    if let Err(e) = sys.rename(parent, &staging, &staging, name, name, false) {
+    // Never over a target created meanwhile (see `rename_new`).
+    if let Err(e) = rename_new(sys, parent, &staging, &staging, name, name) {
         let _ = remove_tree(sys, parent, &staging, &staging, &Cancel::NEVER);
         return Err(unsupported_or(e, parent, false));
     }
@@ -538,12 +539,37 @@ fn take_over(
     sys.symlink(dir, &tmp, &shown_tmp, &generation)?;
     // The generation's name durable before the link that names it.
     sys.fsync_dir(dir, name, Step::FsyncDir)?;
-    sys.rename(dir, &tmp, &shown_tmp, DATA_LINK, &join(name, DATA_LINK), false)?;
+    rename_new(sys, dir, &tmp, &shown_tmp, DATA_LINK, &join(name, DATA_LINK))?;
     // `.durasync-data` durable before any name becomes a link through it.
     sys.fsync_dir(dir, name, Step::FsyncDir)?;
     let files: Vec<&str> = found.foreign.iter().map(|(f, _)| f.as_str()).collect();
     link_over(sys, dir, name, &files)?;
     Ok(generation)
+}
+
+/// Rename `from` to the missing name `to` in `dir`, never over something
+/// made meanwhile: `RENAME_NOREPLACE`; where the file system refuses
+/// renameat2's flags (many FUSE file systems, NFS), a plain rename once `to`
+/// is checked missing — under the lock only another program could make it
+/// since, and a plain rename of a directory is refused by the kernel over a
+/// file or a non-empty directory.
+fn rename_new(
+    sys: &Sys<'_>,
+    dir: BorrowedFd<'_>,
+    from: &str,
+    from_path: &str,
+    to: &str,
+    to_path: &str,
+) -> Result<()> {
+    match sys.rename(dir, from, from_path, to, to_path, false) {
+        Err(e) if flags_unsupported(&e) => {
+            if kind_at(dir, to, to_path)?.0 != Kind::Missing {
+                return Err(e);
+            }
+            sys.rename(dir, from, from_path, to, to_path, true)
+        }
+        other => other,
+    }
 }
 
 /// Replace each regular file `files` of `dir` by the layout's link to its

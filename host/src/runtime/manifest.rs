@@ -769,6 +769,9 @@ mod tests {
         assert!(attrs.xattrs && attrs.acl);
         let m = parse(&format!("{head}owner = \"keep\"\n")).unwrap();
         assert_eq!(m.roots["certs"].attrs.owner, IdRule::Keep);
+        assert_eq!(m.roots["certs"].layout, crate::durable::Layout::Exchange, "the exchange, by default");
+        let m = parse(&format!("{head}layout = \"symlink\"\n")).unwrap();
+        assert_eq!(m.roots["certs"].layout, crate::durable::Layout::Symlink);
         assert_eq!(
             m.roots["certs"].attrs.label,
             LabelRule::Keep,
@@ -780,6 +783,8 @@ mod tests {
             ("owner = true", "roots.certs.owner", "must be a string"),
             ("label = \"etc_t\"", "roots.certs.label", "SELinux context"),
             ("preserve = [\"all\"]", "roots.certs.preserve", "only \"xattrs\" and \"acl\""),
+            ("layout = \"swap\"", "roots.certs.layout", "exchange or symlink"),
+            ("layout = 1", "roots.certs.layout", "must be \"exchange\" or \"symlink\""),
             ("preserve = \"xattrs\"", "roots.certs.preserve", "must be a list"),
         ] {
             let e = parse(&format!("{head}{extra}\n")).unwrap_err().to_string();
