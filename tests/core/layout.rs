@@ -291,3 +291,34 @@ fn a_fuse_file_system_refusing_every_renameat2_flag_is_synced_in_the_symlink_lay
     durable::sync_dir(mnt.as_fd(), "u", &two, &linked()).unwrap();
     assert_eq!(seen(&s.join("mnt/u")), want(&[("a", b"a2", 0o644)]));
 }
+
+#[test]
+fn a_validator_sees_the_new_generation_and_its_refusal_or_a_change_behind_its_back_changes_nothing() {
+    let s = Scratch::new();
+    std::fs::create_dir(s.join("src")).unwrap();
+    std::fs::write(s.join("src/f"), "one").unwrap();
+    let sync = |validate: &[&str]| {
+        let mut args = vec!["sync", "t", "--from", "src", "--layout", "symlink", "--validate"];
+        args.extend_from_slice(validate);
+        durasync(&args, s.path())
+    };
+    let out = sync(&[
+        "sh",
+        "-c",
+        "test \"$(cat \"$0\"/f)\" = one && case $0 in */.durasync-gen.*) ;; *) exit 1;; esac",
+        "{staged}",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(s.join("src/f"), "two").unwrap();
+    let refused = sync(&["false"]);
+    assert_eq!(refused.status.code(), Some(6), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert_eq!(std::fs::read_to_string(s.join("t/f")).unwrap(), "one");
+    assert_eq!(generations(&s.join("t")).len(), 1, "the refused generation is removed");
+    let sneaky = sync(&["sh", "-c", "echo changed > \"$0\"/f", "{staged}"]);
+    assert!(!sneaky.status.success(), "a generation changed after its check went live");
+    assert!(String::from_utf8_lossy(&sneaky.stderr).contains("changed"), "{sneaky:?}");
+    assert_eq!(std::fs::read_to_string(s.join("t/f")).unwrap(), "one");
+    let ok = sync(&["true"]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(std::fs::read_to_string(s.join("t/f")).unwrap(), "two");
+}

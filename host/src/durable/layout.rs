@@ -69,10 +69,13 @@
 //!
 //! # Limits of the layout
 //!
-//! - Keeping the previous contents (`keep_previous`, probation) and
-//!   validators are refused for now; so is a single-file write of a
-//!   top-level name (`write` of `target/name`): it would be a real file
-//!   where the layout has a link. A write deeper down (`target/sub/file`)
+//! - A gate (validators, guardrails, actions) is asked about the complete,
+//!   durable new generation before the links are made and the switch, as
+//!   in any sync; a validator is shown it at `<target>/.durasync-gen.<new>`.
+//!   Keeping the previous contents (`keep_previous`, a probe's rollback) is
+//!   refused for now; so is a single-file write of a top-level name
+//!   (`write` of `target/name`): it would be a real file where the layout
+//!   has a link. A write deeper down (`target/sub/file`)
 //!   replaces the file inside the current generation, atomically, as in any
 //!   directory.
 //! - The links themselves carry the process's owner and the kernel's label;
@@ -88,6 +91,7 @@ use super::cancel::Cancel;
 use super::diff::{Carry, compare, compare_carrying, file_holds};
 use super::error::{Error, Result, Step, committed, flags_unsupported, unsupported_or};
 use super::flush::choose as choose_flush;
+use super::gate::{self, StagedKind};
 use super::lock::lock;
 use super::marker::{is_marked, mark_in, unmark_in};
 use super::names::{
@@ -95,7 +99,7 @@ use super::names::{
 };
 use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
-use super::sync::{Carried, FILL_MODE, build_staging, target_state};
+use super::sync::{Carried, FILL_MODE, build_staging, recheck_staging, stamp_staging, target_state};
 use super::sys::{Kind, Sys, join, kind_at, open_dir};
 use super::tree::{IMPLIED_DIR_MODE, Tree};
 use super::walk::{list_own_names, read_file_at};
@@ -283,10 +287,13 @@ pub(crate) fn sync_linked(
     tree: &Tree,
     opts: &Options<'_>,
 ) -> Result<Report> {
-    if opts.keep_previous || opts.gate.is_some() {
+    if opts.keep_previous || opts.gate.is_some_and(|g| g.keep_previous()) {
         return Err(Error::Layout {
             path: name.to_owned(),
-            reason: "keeping the previous contents and validators are not supported in this layout".into(),
+            reason:
+                "keeping the previous contents (--keep-previous, a probe's rollback) is not supported in \
+                     this layout"
+                    .into(),
         });
     }
     let sys = Sys::new(opts.probe);
@@ -338,8 +345,15 @@ pub(crate) fn sync_linked(
     // What each inode of the new generation gets besides bytes and mode,
     // read from the current generation before anything is created.
     let attr_plan = attrs::plan_tree(opts.attrs, dir, &current, Some(current_fd.as_fd()), tree)?;
-    let carried =
-        (!marked).then(|| Carried { target: current_fd.as_fd(), name: &shown_current, files: &carry });
+    // A gate that shows the staged generation to a program (a validator)
+    // gets fresh copies only, as in any sync (`sync.rs`): a carried file is
+    // a hard link to the live one.
+    let exposed = opts.gate.is_some_and(|g| g.exposes_staged());
+    let carried = (!marked && !exposed).then(|| Carried {
+        target: current_fd.as_fd(),
+        name: &shown_current,
+        files: &carry,
+    });
     let carried_count = carried.as_ref().map_or(0, |c| c.files.len());
     let flush = choose_flush(opts.flush, dir, name, tree.file_count() - carried_count, opts.threads)?;
     tracing::debug!(target = name, syncfs = flush.syncfs, threads = flush.threads, why = %flush.why, "flush");
@@ -365,6 +379,11 @@ pub(crate) fn sync_linked(
         opts,
     )
     .and_then(|()| opts.cancel.check(name))
+    .and_then(|()| {
+        let staged = Generation { dir, dir_path: name, fd: stage.as_fd(), name: &new_gen };
+        let changed = gate::changed_paths(Some(&plan), !marked, tree);
+        ask_gate(&sys, parent, name, &staged, tree, Some(&plan), &changed, &flush, opts)
+    })
     .and_then(|()| {
         for top in &missing {
             sys.symlink(dir, top, &join(name, top), &entry_link(top))?;
@@ -411,6 +430,45 @@ pub(crate) fn sync_linked(
         written: tree.file_count() as u32,
         removed: plan.removed_files(),
     })
+}
+
+/// A generation being built: `name` in `dir` (shown as `dir_path`,
+/// relative to the target's parent), open as `fd`.
+struct Generation<'a> {
+    dir: BorrowedFd<'a>,
+    dir_path: &'a str,
+    fd: BorrowedFd<'a>,
+    name: &'a str,
+}
+
+/// The gate's word on the new generation, complete and durable, before
+/// anything can make it visible, as in any sync (`sync.rs`): it is shown as
+/// staged at `<target>/<generation>` (a path below the target's parent);
+/// when the gate exposes it to a program, every entry is stamped before and
+/// checked after (`recheck_staging`): what was checked is what goes live.
+#[allow(clippy::too_many_arguments)]
+fn ask_gate(
+    sys: &Sys<'_>,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    staged: &Generation<'_>,
+    tree: &Tree,
+    plan: Option<&super::diff::Plan>,
+    changed: &[String],
+    flush: &super::flush::Chosen,
+    opts: &Options<'_>,
+) -> Result<()> {
+    let Some(g) = opts.gate else { return Ok(()) };
+    let before = if g.exposes_staged() {
+        Some(stamp_staging(staged.dir, staged.name, staged.fd, tree)?)
+    } else {
+        None
+    };
+    let clock_past = before.as_ref().is_some_and(|b| gate::wait_past(gate::Stamp::newest(b)));
+    let shown = join(staged.dir_path, staged.name);
+    gate::ask(Some(g), parent, name, &shown, StagedKind::Dir, tree.file_count() as u64, plan, changed)?;
+    let Some(before) = before else { return Ok(()) };
+    recheck_staging(sys, staged.dir, staged.fd, staged.name, name, tree, &before, clock_past, flush, opts)
 }
 
 /// Make the lock file just created in `dir` durable (once: `pending` is
@@ -467,6 +525,10 @@ fn create_linked(
                 opts,
             )?;
             opts.cancel.check(name)?;
+            let staged =
+                Generation { dir: stage.as_fd(), dir_path: &staging, fd: g.as_fd(), name: &generation };
+            let changed = gate::changed_paths(None, true, tree);
+            ask_gate(sys, parent, name, &staged, tree, None, &changed, &flush, opts)?;
             for top in top_names(tree) {
                 sys.symlink(stage.as_fd(), top, &join(&staging, top), &entry_link(top))?;
             }

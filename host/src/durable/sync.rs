@@ -523,7 +523,7 @@ pub(super) fn build_staging(
 
 /// The [`gate::Stamp`] of the staging directory `staging` (by its name in
 /// `parent`) and of every path of `tree` beneath it (`stage`), in order.
-fn stamp_staging(
+pub(super) fn stamp_staging(
     parent: BorrowedFd<'_>,
     staging: &str,
     stage: BorrowedFd<'_>,
@@ -544,7 +544,7 @@ fn stamp_staging(
 /// fsyncs made durable. With `clock_past` false equal ctimes prove
 /// nothing, so it is made durable again, as `flush` says, after the check.
 #[allow(clippy::too_many_arguments)]
-fn recheck_staging(
+pub(super) fn recheck_staging(
     sys: &Sys<'_>,
     parent: BorrowedFd<'_>,
     stage: BorrowedFd<'_>,
