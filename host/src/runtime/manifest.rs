@@ -379,6 +379,18 @@ impl Manifest {
         let actions =
             config::parse_actions(table.get("action"), &root_names, &base).map_err(|(k, w)| bad(&k, w))?;
         let probes = config::parse_probes(table.get("probe"), &root_names).map_err(|(k, w)| bad(&k, w))?;
+        // A probe's rollback needs the previous contents kept, which the
+        // symlink layout does not do yet (`durable::layout`).
+        if let Some(p) = probes.iter().find(|p| roots[&p.root].layout == crate::durable::Layout::Symlink) {
+            return Err(bad(
+                &format!("roots.{}.layout", p.root),
+                format!(
+                    "\"symlink\" cannot be used with the probe {:?} on this root: a probe's rollback keeps the \
+                     previous contents, which this layout does not do yet",
+                    p.name
+                ),
+            ));
+        }
         let hooks = HookSpec { validators, guards: config::guards(guards), actions, probes };
 
         Ok(Manifest {
@@ -772,6 +784,11 @@ mod tests {
         assert_eq!(m.roots["certs"].layout, crate::durable::Layout::Exchange, "the exchange, by default");
         let m = parse(&format!("{head}layout = \"symlink\"\n")).unwrap();
         assert_eq!(m.roots["certs"].layout, crate::durable::Layout::Symlink);
+        let probed = format!(
+            "{head}layout = \"symlink\"\n[[probe]]\nname = \"web\"\nroot = \"certs\"\nhttp = \"http://127.0.0.1:1/\"\n"
+        );
+        let e = parse(&probed).unwrap_err().to_string();
+        assert!(e.contains("roots.certs.layout") && e.contains("probe \"web\""), "{e}");
         assert_eq!(
             m.roots["certs"].attrs.label,
             LabelRule::Keep,
