@@ -245,9 +245,26 @@ fn a_directory_baked_into_an_overlayfs_lower_layer_is_refused_naming_the_layout_
     }
     assert_eq!(seen(&merged.join("target")), want(&[("f", b"baked f", 0o644), ("g", b"baked g", 0o644)]));
 
+    // `doctor` agrees: the exchange fails there, the symlink layout works.
+    let doctor = |layout: &str| {
+        let out = durasync(&["doctor", "--json", "--layout", layout, "target"], &merged);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), v)
+    };
+    let (code, v) = doctor("exchange");
+    assert_eq!(code, Some(15), "{v:#}");
+    let (code, v) = doctor("symlink");
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(v[0]["checks"]["layout"]["result"], "ok", "{v:#}");
+    assert_eq!(v[0]["checks"]["overlayfs"]["result"], "ok", "{v:#}");
+    assert_eq!(v[0]["checks"]["links and rename"]["result"], "ok", "{v:#}");
+
     let out = durasync(&["sync", "target", "--from", src, "--layout", "symlink"], &merged);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(seen(&merged.join("target")), want(&[("f", b"new f", 0o644), ("h", b"new h", 0o644)]));
+    let (code, v) = doctor("exchange");
+    assert_eq!(code, Some(0), "a target in the layout is examined in it: {v:#}");
+    assert_eq!(v[0]["checks"]["layout"]["detail"], "in the symlink layout", "{v:#}");
     std::fs::write(s.join("src/f"), "newer f").unwrap();
     let out = durasync(&["sync", "target", "--from", src], &merged);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
