@@ -329,8 +329,19 @@ pub fn sync_dir_unchanged_from(
             return Ok(false);
         }
         let target = open_dir(parent, name, name)?;
+        // In the symlink layout, what a reader sees: the current generation
+        // (`layout.rs`); a target there that is not settled takes the full path.
+        let generation = if layout::is_linked(parent, name)? {
+            match layout::settled_generation(target.as_fd(), name)? {
+                Some(found) => Some(found),
+                None => return Ok(false),
+            }
+        } else {
+            None
+        };
+        let compared_dir = generation.as_ref().map_or(target.as_fd(), |(_, fd)| fd.as_fd());
         let src = open_dir(src_parent, src_name, src_path)?;
-        if !same_tree(src.as_fd(), src_path, target.as_fd(), name, &opts.limits) {
+        if !same_tree(src.as_fd(), src_path, compared_dir, name, &opts.limits) {
             return Ok(false);
         }
         let compared = rustix::fs::fstat(&target).map_err(|e| Error::io(Step::Read, name, e))?;
@@ -339,6 +350,14 @@ pub fn sync_dir_unchanged_from(
         remove_leftovers_or_defer(&sys, parent)?;
         let now = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| Error::io(Step::Read, name, e))?;
+        // In the layout a change switches generations under this lock: the
+        // one compared must still be the current one, and not marked.
+        if let Some((current, _)) = &generation {
+            let still = layout::current_of(target.as_fd(), name).as_ref() == Some(current);
+            return Ok(still
+                && (now.st_dev, now.st_ino) == (compared.st_dev, compared.st_ino)
+                && layout::settled_generation(target.as_fd(), name)?.is_some());
+        }
         Ok((now.st_dev, now.st_ino) == (compared.st_dev, compared.st_ino) && !is_marked(parent, name)?)
     };
     match unchanged() {
