@@ -173,7 +173,7 @@ fn examine_in(shown: &Path, parent: &Path, name: Option<&str>, layout: Layout) -
         None => checks.push(("root", root_finding(dir))),
     }
     let linked = layout == Layout::Symlink
-        || name.is_some_and(|n| kind == TargetKind::Dir && super::layout::is_linked(dir, n).unwrap_or(false));
+        || name.is_some_and(|n| kind == TargetKind::Dir && super::linked::is_linked(dir, n).unwrap_or(false));
     if linked {
         checks.push(("layout", layout_finding(dir, name, kind)));
     }
@@ -234,7 +234,7 @@ fn layout_finding(dir: BorrowedFd<'_>, name: Option<&str>, kind: TargetKind) -> 
         TargetKind::Dir => {}
         _ => return Finding::Fail("the symlink layout needs a directory".into()),
     }
-    if super::layout::is_linked(dir, name).unwrap_or(false) {
+    if super::linked::is_linked(dir, name).unwrap_or(false) {
         return Finding::Ok("in the symlink layout".into());
     }
     let Ok(target) = super::sys::open_dir(dir, name, name) else {

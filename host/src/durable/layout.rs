@@ -20,7 +20,7 @@
 //! of a lower layer or a mount point. A reader opening `target/tls.crt`
 //! follows two links into the current generation; durasync's own readers
 //! (`read-file`, `list-dir`, the unchanged check) follow exactly these
-//! links and no other (see [`hop`]).
+//! links and no other (see `linked.rs`).
 //!
 //! # A change
 //!
@@ -92,11 +92,10 @@ use super::diff::{Carry, compare, compare_carrying, file_holds};
 use super::error::{Error, Result, Step, committed, flags_unsupported, unsupported_or};
 use super::flush::choose as choose_flush;
 use super::gate::{self, StagedKind};
+use super::linked::{current_name, kind_name, read_link};
 use super::lock::lock;
 use super::marker::{is_marked, mark_in, unmark_in};
-use super::names::{
-    DATA_LINK, LOCK_NAME, Leftover, entry_link, gen_name, is_gen, is_reserved, leftover_name,
-};
+use super::names::{DATA_LINK, LOCK_NAME, Leftover, entry_link, gen_name, is_reserved, leftover_name};
 use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
 use super::sync::{Carried, FILL_MODE, build_staging, recheck_staging, stamp_staging, target_state};
@@ -136,60 +135,6 @@ impl std::fmt::Display for Layout {
     }
 }
 
-/// Whether the directory `name` in `parent` is in the symlink layout (it
-/// holds `.durasync-data`). A missing or non-directory target is not.
-pub(crate) fn is_linked(parent: BorrowedFd<'_>, name: &str) -> Result<bool> {
-    if kind_at(parent, name, name)?.0 != Kind::Dir {
-        return Ok(false);
-    }
-    let dir = open_dir(parent, name, name)?;
-    Ok(kind_at(dir.as_fd(), DATA_LINK, &join(name, DATA_LINK))?.0 != Kind::Missing)
-}
-
-/// What the link `name` in `dir` holds; `None` when it is not a link, is
-/// missing, or holds a name that is not UTF-8.
-fn read_link(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<Option<String>> {
-    match rustix::fs::readlinkat(dir, name, Vec::new()) {
-        Ok(target) => Ok(target.into_string().ok()),
-        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => Ok(None),
-        Err(e) => Err(Error::io(Step::Read, path, e)),
-    }
-}
-
-/// The current generation of `dir` (shown as `shown`): the name
-/// `.durasync-data` holds, checked to be a generation directory beside it.
-/// `None` when `dir` is not in the layout.
-fn current_name(dir: BorrowedFd<'_>, shown: &str) -> Result<Option<String>> {
-    let data_path = join(shown, DATA_LINK);
-    match kind_at(dir, DATA_LINK, &data_path)?.0 {
-        Kind::Missing => return Ok(None),
-        Kind::Symlink => {}
-        other => {
-            return Err(Error::Layout {
-                path: data_path,
-                reason: format!("is a {}, not a link", kind_name(other)),
-            });
-        }
-    }
-    match read_link(dir, DATA_LINK, &data_path)? {
-        Some(g) if is_gen(&g) && kind_at(dir, &g, &join(shown, &g))?.0 == Kind::Dir => Ok(Some(g)),
-        Some(g) => Err(Error::Layout {
-            path: data_path,
-            reason: format!("names {g:?}, which is not a generation directory beside it"),
-        }),
-        None => Err(Error::Layout { path: data_path, reason: "holds a name that is not UTF-8".into() }),
-    }
-}
-
-/// The current generation of `dir` (shown as `shown`), open, when `dir` is
-/// in the symlink layout: what a reader of `dir` sees.
-pub(crate) fn current_generation(dir: BorrowedFd<'_>, shown: &str) -> Result<Option<OwnedFd>> {
-    match current_name(dir, shown)? {
-        Some(g) => open_dir(dir, &g, &join(shown, &g)).map(Some),
-        None => Ok(None),
-    }
-}
-
 /// For the unchanged check without reading a source
 /// (`sync_dir_unchanged_from`): when the directory `dir` is in the layout
 /// as a change leaves it (every entry the layout's link to a name the
@@ -211,23 +156,6 @@ pub(crate) fn settled_generation(dir: BorrowedFd<'_>, shown: &str) -> Result<Opt
     let in_generation: BTreeSet<&str> =
         names.iter().map(String::as_str).filter(|n| !is_reserved(n)).collect();
     Ok((linked == in_generation).then_some((current, generation)))
-}
-
-/// The current generation's name of `dir`, when it is in the layout
-/// (`None` otherwise or when `.durasync-data` is not as the layout leaves it).
-pub(crate) fn current_of(dir: BorrowedFd<'_>, shown: &str) -> Option<String> {
-    current_name(dir, shown).ok().flatten()
-}
-
-/// When the entry `name` of `dir` is the layout's link to it
-/// (`name -> .durasync-data/name` in a directory in the layout): the
-/// current generation, in which the caller opens `name` instead. Any other
-/// link is `None`, and stays refused by the caller.
-pub(crate) fn hop(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<Option<OwnedFd>> {
-    if read_link(dir, name, path)?.as_deref() != Some(entry_link(name).as_str()) {
-        return Ok(None);
-    }
-    current_generation(dir, path)
 }
 
 /// A directory's entries, as the layout sorts them.
@@ -254,52 +182,6 @@ fn entries(dir: BorrowedFd<'_>, shown: &str) -> Result<Entries> {
         }
     }
     Ok(out)
-}
-
-/// The entries recovery removes from a directory in the layout, given its
-/// names (`list_own_names`): generation directories other than the current
-/// one and the layout's links whose name the current generation lacks
-/// (dangling: a reader sees no such name either way). Nothing when the
-/// directory is not in the layout, is marked unsynced, or its
-/// `.durasync-data` is not as the layout leaves it (then nothing of it is
-/// judged). The caller holds the directory's lock.
-pub(crate) fn stale_entries(dir: BorrowedFd<'_>, shown: &str, names: &[String]) -> Result<Vec<String>> {
-    // Marked unsynced, the generation on disk may be an older one than
-    // `.durasync-data` shows: nothing is judged until a change commits.
-    if !names.iter().any(|n| n == DATA_LINK) || is_marked(dir, DATA_LINK)? {
-        return Ok(Vec::new());
-    }
-    let Ok(Some(current)) = current_name(dir, shown) else { return Ok(Vec::new()) };
-    let generation = open_dir(dir, &current, &join(shown, &current))?;
-    let mut stale = Vec::new();
-    for name in names {
-        if is_gen(name) {
-            if *name != current {
-                stale.push(name.clone());
-            }
-            continue;
-        }
-        if is_reserved(name) {
-            continue;
-        }
-        let path = join(shown, name);
-        if read_link(dir, name, &path)?.as_deref() == Some(entry_link(name).as_str())
-            && kind_at(generation.as_fd(), name, &path)?.0 == Kind::Missing
-        {
-            stale.push(name.clone());
-        }
-    }
-    Ok(stale)
-}
-
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Missing => "missing entry",
-        Kind::File => "regular file",
-        Kind::Dir => "directory",
-        Kind::Symlink => "symbolic link",
-        Kind::Other(what) => what,
-    }
 }
 
 /// The top-level names of `tree`.

@@ -8,7 +8,8 @@
 //! - [`write`](mod@write): single-file replace.
 //! - [`remove`](mod@remove): durable removal of a file or a tree.
 //! - [`layout`]: the symlink layout, where a directory's contents change by
-//!   renaming a link (file systems without `RENAME_EXCHANGE`).
+//!   renaming a link (file systems without `RENAME_EXCHANGE`); `linked`:
+//!   reading a directory in it (its current generation, its links).
 //! - [`recover`](mod@recover): removing what a crash or a failed cleanup left behind.
 //! - [`previous`]: keeping the previous contents of a target, reverting to them.
 //! - [`primitives`]: the raw exchange and fsync.
@@ -85,6 +86,7 @@ pub mod flush;
 pub mod fsinfo;
 pub mod gate;
 pub mod layout;
+mod linked;
 mod lock;
 mod marker;
 pub mod names;

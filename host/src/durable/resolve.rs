@@ -11,7 +11,7 @@
 //! anywhere on the way is refused, so nothing outside the root is reachable
 //! — with one exception the walk follows itself: the link of a top-level
 //! name of a directory in the symlink layout (`name -> .durasync-data/name`,
-//! see [`super::layout::hop`]), which leads to `name` in that directory's
+//! see `linked.rs`), which leads to `name` in that directory's
 //! current generation, beneath it.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -51,7 +51,7 @@ fn open_beneath_walk(root: BorrowedFd<'_>, parts: &[&str]) -> Result<OwnedFd> {
     for part in parts {
         shown = join(&shown, part);
         fd = match open_component(fd.as_fd(), part, &shown) {
-            Err(Error::Symlink { path }) => match super::layout::hop(fd.as_fd(), part, &shown)? {
+            Err(Error::Symlink { path }) => match super::linked::hop(fd.as_fd(), part, &shown)? {
                 Some(generation) => open_component(generation.as_fd(), part, &shown)?,
                 None => return Err(Error::Symlink { path }),
             },
@@ -89,10 +89,10 @@ pub(crate) fn open_file_beneath(dir: BorrowedFd<'_>, rel: &str, path: &str) -> R
 }
 
 /// [`open_file`], following the symlink layout's link of `name` (see
-/// [`super::layout::hop`]); any other link stays refused.
+/// [`super::linked::hop`]); any other link stays refused.
 pub(crate) fn open_file_or_hop(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
     match open_file(dir, name, path) {
-        Err(Error::Symlink { path }) => match super::layout::hop(dir, name, &path)? {
+        Err(Error::Symlink { path }) => match super::linked::hop(dir, name, &path)? {
             Some(generation) => open_file(generation.as_fd(), name, &path),
             None => Err(Error::Symlink { path }),
         },

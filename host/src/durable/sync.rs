@@ -65,6 +65,7 @@ use super::attrs;
 use super::cancel::Cancel;
 use super::diff::{Carry, Plan, compare, compare_carrying, same_tree};
 use super::layout::{self, Layout};
+use super::linked;
 use super::replace_one::{one_changed_file, replace_one_file};
 use rustix::fs::{AtFlags, FileType};
 
@@ -107,7 +108,7 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     // created, so a refused request leaves the parent exactly as it was.
     target_state(parent, name)?;
     // A target in the symlink layout stays in it (`layout.rs`).
-    if opts.layout == Layout::Symlink || layout::is_linked(parent, name)? {
+    if opts.layout == Layout::Symlink || linked::is_linked(parent, name)? {
         return layout::sync_linked(parent, name, tree, opts);
     }
 
@@ -331,7 +332,7 @@ pub fn sync_dir_unchanged_from(
         let target = open_dir(parent, name, name)?;
         // In the symlink layout, what a reader sees: the current generation
         // (`layout.rs`); a target there that is not settled takes the full path.
-        let generation = if layout::is_linked(parent, name)? {
+        let generation = if linked::is_linked(parent, name)? {
             match layout::settled_generation(target.as_fd(), name)? {
                 Some(found) => Some(found),
                 None => return Ok(false),
@@ -353,7 +354,7 @@ pub fn sync_dir_unchanged_from(
         // In the layout a change switches generations under this lock: the
         // one compared must still be the current one, and not marked.
         if let Some((current, _)) = &generation {
-            let still = layout::current_of(target.as_fd(), name).as_ref() == Some(current);
+            let still = linked::current_of(target.as_fd(), name).as_ref() == Some(current);
             return Ok(still
                 && (now.st_dev, now.st_ino) == (compared.st_dev, compared.st_ino)
                 && layout::settled_generation(target.as_fd(), name)?.is_some());
@@ -381,7 +382,7 @@ pub fn plan_sync(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options
     }
     let target = open_dir(parent, name, name)?;
     // In the symlink layout, what a reader sees: the current generation.
-    if let Some(current) = layout::current_generation(target.as_fd(), name)? {
+    if let Some(current) = linked::current_generation(target.as_fd(), name)? {
         return compare(current.as_fd(), name, tree, true, opts.attrs);
     }
     compare(target.as_fd(), name, tree, true, opts.attrs)
