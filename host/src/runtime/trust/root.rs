@@ -1,14 +1,14 @@
 //! Sigstore's trusted root (`trusted_root.json`, as Sigstore's TUF
 //! repository distributes it): the certificate authorities (Fulcio) whose
-//! chains may issue signing certificates, and the transparency logs (Rekor)
-//! whose keys sign checkpoints and signed entry timestamps, each with its
-//! validity window.
+//! chains may issue signing certificates, the transparency logs (Rekor)
+//! whose keys sign checkpoints and signed entry timestamps, and the
+//! certificate transparency logs (`ctlogs`) whose keys sign the SCTs
+//! Fulcio embeds in its certificates, each with its validity window.
 //!
 //! Read once when a manifest is parsed; nothing in it is fetched. Note well:
 //! the file is trusted as given (a node gets it from its own TUF client or
-//! its image); its TUF metadata is not checked here. `ctlogs` and
-//! `timestampAuthorities` are read past, not used (certificate transparency
-//! SCTs and RFC 3161 timestamps are not verified).
+//! its image); its TUF metadata is not checked here. `timestampAuthorities`
+//! are read past, not used (RFC 3161 timestamps are not verified).
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -53,7 +53,7 @@ pub struct Authority {
     pub valid_for: Window,
 }
 
-/// A transparency log.
+/// A transparency log (Rekor) or a certificate transparency log.
 #[derive(Debug, Clone)]
 pub struct Log {
     /// Its base URL (messages).
@@ -75,6 +75,9 @@ pub struct TrustedRoot {
     pub authorities: Vec<Authority>,
     /// Rekor logs.
     pub logs: Vec<Log>,
+    /// Certificate transparency logs (their SCTs are checked when the root
+    /// lists any; see [`super::sct`]).
+    pub ct_logs: Vec<Log>,
 }
 
 impl PartialEq for TrustedRoot {
@@ -90,6 +93,8 @@ struct RawRoot {
     media_type: Option<String>,
     #[serde(default)]
     tlogs: Vec<RawLog>,
+    #[serde(default)]
+    ctlogs: Vec<RawLog>,
     #[serde(default)]
     certificate_authorities: Vec<RawCa>,
 }
@@ -180,26 +185,27 @@ impl TrustedRoot {
         {
             return Err(format!("mediaType is {mt:?}, not a Sigstore trusted root"));
         }
-        if raw.tlogs.len() > MAX_ENTRIES || raw.certificate_authorities.len() > MAX_ENTRIES {
-            return Err(format!("more than {MAX_ENTRIES} tlogs or certificateAuthorities"));
+        if raw.tlogs.len() > MAX_ENTRIES
+            || raw.ctlogs.len() > MAX_ENTRIES
+            || raw.certificate_authorities.len() > MAX_ENTRIES
+        {
+            return Err(format!("more than {MAX_ENTRIES} tlogs, ctlogs or certificateAuthorities"));
         }
         if raw.tlogs.is_empty() && raw.certificate_authorities.is_empty() {
             return Err("lists no tlogs and no certificateAuthorities".into());
         }
-        let mut logs = Vec::new();
-        for (i, l) in raw.tlogs.iter().enumerate() {
-            let what = format!("tlogs[{i}] ({})", l.base_url);
-            if let Some(h) = &l.hash_algorithm
-                && h != "SHA2_256"
-            {
-                return Err(format!("{what}: hashAlgorithm {h} is not supported (SHA2_256 is)"));
-            }
-            let der = b64(&l.public_key.raw_bytes, &format!("{what} publicKey.rawBytes"))?;
-            let key = EcKey::from_spki_der(&der).map_err(|e| format!("{what} publicKey: {e}"))?;
-            let key_id = b64(&l.log_id.key_id, &format!("{what} logId.keyId"))?;
-            let valid_for = window(l.public_key.valid_for.as_ref(), &format!("{what} publicKey"))?;
-            logs.push(Log { base_url: l.base_url.clone(), key_id, key, valid_for });
-        }
+        let logs = raw
+            .tlogs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| log(l, &format!("tlogs[{i}]")))
+            .collect::<Result<_, _>>()?;
+        let ct_logs = raw
+            .ctlogs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| log(l, &format!("ctlogs[{i}]")))
+            .collect::<Result<_, _>>()?;
         let mut authorities = Vec::new();
         for (i, ca) in raw.certificate_authorities.iter().enumerate() {
             let what = format!("certificateAuthorities[{i}] ({})", ca.uri);
@@ -218,7 +224,7 @@ impl TrustedRoot {
             let valid_for = window(ca.valid_for.as_ref(), &what)?;
             authorities.push(Authority { uri: ca.uri.clone(), chain, valid_for });
         }
-        Ok(TrustedRoot { source: source.to_owned(), authorities, logs })
+        Ok(TrustedRoot { source: source.to_owned(), authorities, logs, ct_logs })
     }
 
     /// Read and parse `path` (at most [`MAX_TRUSTED_ROOT_BYTES`]).
@@ -239,6 +245,26 @@ impl TrustedRoot {
     pub fn log(&self, key_id: &[u8]) -> Option<&Log> {
         self.logs.iter().find(|l| l.key_id == key_id)
     }
+
+    /// The certificate transparency log whose key id is `key_id`.
+    pub fn ct_log(&self, key_id: &[u8]) -> Option<&Log> {
+        self.ct_logs.iter().find(|l| l.key_id == key_id)
+    }
+}
+
+/// One `tlogs[]` or `ctlogs[]` item; `what` names it in messages.
+fn log(l: &RawLog, what: &str) -> Result<Log, String> {
+    let what = format!("{what} ({})", l.base_url);
+    if let Some(h) = &l.hash_algorithm
+        && h != "SHA2_256"
+    {
+        return Err(format!("{what}: hashAlgorithm {h} is not supported (SHA2_256 is)"));
+    }
+    let der = b64(&l.public_key.raw_bytes, &format!("{what} publicKey.rawBytes"))?;
+    let key = EcKey::from_spki_der(&der).map_err(|e| format!("{what} publicKey: {e}"))?;
+    let key_id = b64(&l.log_id.key_id, &format!("{what} logId.keyId"))?;
+    let valid_for = window(l.public_key.valid_for.as_ref(), &format!("{what} publicKey"))?;
+    Ok(Log { base_url: l.base_url.clone(), key_id, key, valid_for })
 }
 
 /// The key id Sigstore gives a key: the SHA-256 of its DER
