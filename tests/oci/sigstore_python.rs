@@ -200,3 +200,33 @@ fn durasync_and_sigstore_python_agree_on_good_and_tampered_keyless_bundles() {
     }
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n\n"));
 }
+
+/// The public trusted roots sigstore-python ships (Sigstore's production and
+/// staging, as their TUF repositories serve them) list Rekor v2 logs with
+/// Ed25519 keys and, on staging, an RSA CT log: those logs are left out and
+/// the rest is used.
+#[test]
+fn sigstores_public_trusted_roots_parse_with_their_ecdsa_logs() {
+    if !have("python3") {
+        support::cannot_check("no python3 (sigstore-python)");
+        return;
+    }
+    let venv = support::toolchains::sigstore_python().parent().unwrap().parent().unwrap().to_path_buf();
+    let lib = std::fs::read_dir(venv.join("lib")).unwrap().next().unwrap().unwrap().path();
+    let store = lib.join("site-packages/sigstore/_store");
+    let mut read = 0;
+    for instance in std::fs::read_dir(&store).unwrap() {
+        let path = instance.unwrap().path().join("trusted_root.json");
+        if !path.is_file() {
+            continue;
+        }
+        let root = TrustedRoot::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            !root.logs.is_empty() && !root.ct_logs.is_empty() && !root.authorities.is_empty(),
+            "{path:?}"
+        );
+        assert!(root.logs.iter().all(|l| !l.base_url.contains("log2025")), "{path:?}: a Rekor v2 log kept");
+        read += 1;
+    }
+    assert_eq!(read, 2, "sigstore-python's production and staging roots in {store:?}");
+}
