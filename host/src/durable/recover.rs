@@ -97,10 +97,11 @@ fn recover_one(
     // A stale keep entry (`previous.rs`) is a leftover too; a valid
     // previous is not, and alone it takes no lock (a recovery with nothing
     // to remove changes nothing).
-    let stale = if possibly_target || !names.iter().any(|n| parse_keep(n).is_some()) {
+    let stale = if possibly_target {
         false
     } else {
-        !stale_keeps(dir, &names)?.is_empty()
+        (names.iter().any(|n| parse_keep(n).is_some()) && !stale_keeps(dir, &names)?.is_empty())
+            || !super::layout::stale_entries(dir, path, &names)?.is_empty()
     };
     if !possibly_target && (stale || names.iter().any(|n| is_leftover(n))) {
         let _lock = lock(sys, dir, path)?;
@@ -142,6 +143,8 @@ pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &st
     // One listing for both kinds.
     let listed = list_own_names(dir, dir_path)?;
     let mut names = stale_keeps(dir, &listed)?;
+    // In a directory in the symlink layout: older generations, dangling links.
+    names.extend(super::layout::stale_entries(dir, dir_path, &listed)?);
     names.extend(listed.into_iter().filter(|n| is_leftover(n)));
     names.sort();
     let mut removed = Vec::with_capacity(names.len());
