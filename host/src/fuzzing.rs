@@ -167,7 +167,9 @@ pub fn cosign(data: &[u8]) {
 
 /// Sigstore material from a registry and the operator: a bundle (verified
 /// for a fixed digest against a trusted root whose log key is the fuzz key,
-/// by key and by identity), a referrers index, and a `trusted_root.json`.
+/// by key and by identity), a referrers index, a `trusted_root.json`, and a
+/// certificate's embedded SCTs (checked against a root whose CT log key is
+/// the fuzz key).
 pub fn sigstore(data: &[u8]) {
     use crate::runtime::distribution::layout;
     use crate::runtime::trust::{Identity, TrustedRoot, bundle};
@@ -177,9 +179,10 @@ pub fn sigstore(data: &[u8]) {
         use p256::pkcs8::EncodePublicKey as _;
         let der = fuzz_key().0.verifying_key().to_public_key_der().expect("encodes");
         let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-        let json = serde_json::json!({"tlogs": [{"baseUrl": "https://log", "publicKey": {
+        let log = serde_json::json!([{"baseUrl": "https://log", "publicKey": {
             "rawBytes": b64(der.as_bytes()), "validFor": {"start": "2020-01-01T00:00:00Z"}},
-            "logId": {"keyId": b64(&crate::runtime::trust::root::key_id(der.as_bytes()))}}]});
+            "logId": {"keyId": b64(&crate::runtime::trust::root::key_id(der.as_bytes()))}}]);
+        let json = serde_json::json!({"tlogs": log, "ctlogs": log});
         TrustedRoot::parse(json.to_string().as_bytes(), "fuzz").expect("parses")
     });
     let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -189,6 +192,10 @@ pub fn sigstore(data: &[u8]) {
     let _ = bundle::verify(data, digest, &[], &[], None);
     let _ = layout::referrers(data, digest, bundle::ARTIFACT_TYPE);
     let _ = TrustedRoot::parse(data, "fuzz");
+    // A certificate (DER) and its embedded SCT list, as its own issuer.
+    if let Ok(cert) = <x509_cert::Certificate as x509_cert::der::Decode>::from_der(data) {
+        let _ = crate::runtime::trust::sct::verify(&cert, std::slice::from_ref(&cert), root);
+    }
 }
 
 /// A fixed key pair for the cosign target.

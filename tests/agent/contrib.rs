@@ -13,8 +13,10 @@ use std::path::Path;
 use std::process::Command;
 
 use durasync::agent::{Input, Spec};
+use durasync::runtime::trust::fulcio::Signer;
 
 use super::support;
+use super::support::sigstore::{GITHUB, Log, Pki, WORKFLOW};
 
 fn contrib(rel: &str) -> std::path::PathBuf {
     support::workspace_root().join("contrib").join(rel)
@@ -134,6 +136,29 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
     );
     assert_eq!(spec.manifest.verify.keys.len(), 1);
     assert_eq!(spec.input, Input::File("/var/lib/durasync/kube-apiserver-certs.json".into()));
+
+    // The keyless alternative its comments give: `keys` replaced by the
+    // commented `identities` and `trusted_root` (a test root at that path),
+    // accepting a release workflow of vendor/plugins and nothing else.
+    let root = tmp.path().join("trusted_root.json");
+    std::fs::write(&root, Pki::new(tmp.path()).trusted_root(&[&Log::new(7)])).unwrap();
+    let keyless: Vec<String> = block
+        .iter()
+        .filter(|l| !l.starts_with("keys = "))
+        .map(|l| match l.strip_prefix("# ") {
+            Some(t) if t.starts_with("identities = ") || t.starts_with("trusted_root = ") => t.to_owned(),
+            _ => (*l).to_owned(),
+        })
+        .collect();
+    let text = keyless.join("\n").replace("/etc/durasync/trust/trusted_root.json", root.to_str().unwrap());
+    let spec = Spec::parse(&text, Path::new("/etc/durasync/agent.d/kube-apiserver-certs.toml"))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let verify = &spec.manifest.verify;
+    assert!(verify.keys.is_empty() && verify.trusted_root.is_some(), "{text}");
+    let signer = |subject: &str| Signer { subjects: vec![subject.to_owned()], issuer: GITHUB.to_owned() };
+    assert!(matches!(&verify.identities[..], [i] if i.matches(&signer(WORKFLOW))), "{text}");
+    let other = "https://github.com/vendor/plugins/.github/workflows/test.yml@refs/heads/main";
+    assert!(!verify.identities[0].matches(&signer(other)), "{text}");
 
     if !tool("kubernetes-validate", &["--version"]) {
         support::cannot_check(

@@ -15,6 +15,7 @@ mod faults;
 mod hostile;
 mod offline;
 mod sigstore;
+mod sigstore_python;
 mod tls;
 
 use std::path::{Path, PathBuf};

@@ -354,3 +354,38 @@ fn an_agent_stops_its_running_version_once_its_digest_is_revoked() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(std::fs::read_to_string(t.out.join("env/GREETING")).unwrap(), "hello\n");
 }
+
+#[test]
+fn a_cached_sig_tag_vouches_only_for_its_own_repository_when_the_registry_is_down() {
+    let Some(mut reg) = RealRegistry::start() else { return };
+    if !have("skopeo") || !have("openssl") {
+        support::cannot_check("no skopeo or openssl (the signature pushed)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cache = dir.join("cache");
+    let registry = reg.registry();
+    let (key, public) = openssl_key(dir, "vendor");
+    // One digest in two repositories; only vendor/example signs it.
+    let d = durasync_push(&cache, &registry, "vendor/example:stable");
+    assert_eq!(durasync_push(&cache, &registry, "vendor/copy:stable"), d);
+    let p = payload(&format!("{registry}/vendor/example"), &d, serde_json::json!(null));
+    let sig = openssl_sign(dir, &key, &p);
+    skopeo_push_signature(dir, &registry, "vendor/example", &d, p, &sig);
+    let pull = |repo: &str| {
+        durasync(
+            &cache,
+            &["pull", &format!("oci://{registry}/{repo}:stable"), "--key", public.to_str().unwrap()],
+        )
+    };
+    assert_status(&pull("vendor/example"), OK);
+    assert_status(&pull("vendor/copy"), POLICY);
+
+    // Offline: the signature last seen for vendor/example is not vendor/copy's.
+    reg.stop();
+    assert_status(&pull("vendor/example"), OK);
+    let out = pull("vendor/copy");
+    assert_status(&out, IO);
+    assert!(output_text(&out).contains("cannot reach"), "{}", output_text(&out));
+}

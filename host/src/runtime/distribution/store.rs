@@ -2,8 +2,10 @@
 //! `<cache>/oci/blobs/sha256/<hex>` holds manifests, components and
 //! signature payloads under their own digest; `<cache>/oci/tags/<key>`
 //! remembers the digest a tag last resolved to (for a node whose registry
-//! is down) and `<cache>/oci/signatures/<hex>` the digest of the signature
-//! manifest of a manifest.
+//! is down), `<cache>/oci/signatures/<key>` the digest of the signature
+//! manifest of a manifest in one repository (its `.sig` tag), and
+//! `<cache>/oci/referrers/<key>` the referrers index of a manifest in one
+//! repository.
 //!
 //! The same rules as the compile cache: directories 0700 and files 0600,
 //! and nothing is used that another user owns or that group or others may
@@ -219,14 +221,16 @@ impl Store {
         self.write_index("tags", key, digest);
     }
 
-    /// The digest of the signature manifest last seen for `manifest`.
-    pub(crate) fn signature(&self, manifest: &str) -> Option<String> {
-        self.read_index("signatures", manifest)
+    /// The digest of the signature manifest last seen for `key` (a
+    /// repository and a manifest digest).
+    pub(crate) fn signature(&self, key: &str) -> Option<String> {
+        self.read_index("signatures", key)
     }
 
-    /// Remember the signature manifest of `manifest`.
-    pub(crate) fn set_signature(&self, manifest: &str, digest: &str) {
-        self.write_index("signatures", manifest, digest);
+    /// Remember the signature manifest of `key` (a repository and a
+    /// manifest digest), replacing the one before.
+    pub(crate) fn set_signature(&self, key: &str, digest: &str) {
+        self.write_index("signatures", key, digest);
     }
 
     /// The digest of the referrers index last seen for `key`.

@@ -379,7 +379,7 @@ fn keyed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use durasync_test_support::sigstore::{self as fixtures, By, GITHUB, Log, Make, Pki, WORKFLOW};
+    use durasync_test_support::sigstore::{self as fixtures, By, GITHUB, Log, Make, Pki, Sct, WORKFLOW};
     use p256::pkcs8::EncodePublicKey as _;
     use serde_json::Value;
 
@@ -491,6 +491,36 @@ mod tests {
             D,
             "does not chain to a CA of the trusted root",
         );
+        // Certificate transparency: no SCT, an SCT of a log the root does
+        // not list, an SCT signed over another time than it states; a root
+        // listing no CT logs checks none.
+        let sct_leaf = |sct| pki.leaf_with(&format!("URI:{WORKFLOW}"), GITHUB, false, 1, sct);
+        let without = sct_leaf(Sct::Without);
+        let (unknown_ct, forged) = (Log::new(22), sct_leaf(Sct::Forged));
+        let other_ct = sct_leaf(Sct::By(&unknown_ct));
+        // After the leaves are made: each is valid from the second it is made.
+        let now = fixtures::now();
+        refused(
+            &make(By::Cert(&without), false, now, &log, false),
+            D,
+            "carries no signed certificate timestamp",
+        );
+        refused(
+            &make(By::Cert(&other_ct), false, now, &log, false),
+            D,
+            "that is not a CT log of the trusted root",
+        );
+        refused(
+            &make(By::Cert(&forged), false, now, &log, false),
+            D,
+            "the SCT of CT log https://ctfe.test does not verify",
+        );
+        let mut no_ct: Value = serde_json::from_str(&pki.trusted_root(&[&log])).unwrap();
+        no_ct["ctlogs"] = serde_json::json!([]);
+        let no_ct = TrustedRoot::parse(no_ct.to_string().as_bytes(), "no-ct.json").unwrap();
+        let b = make(By::Cert(&without), false, now, &log, false).to_string();
+        assert!(verify(b.as_bytes(), D, &[], &ids, Some(&no_ct)).is_ok());
+
         // Another signature than the certificate's key made, and a log
         // entry for another signature.
         let mut b = make(By::Cert(&good), false, now, &log, false);

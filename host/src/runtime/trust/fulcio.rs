@@ -4,9 +4,9 @@
 //! A Fulcio leaf certificate names the signer in its SubjectAltName (a URI
 //! for a CI workflow, an email for a person) and the OIDC issuer that
 //! vouched for it in extension 1.3.6.1.4.1.57264.1.8 (a DER UTF8String) or
-//! the older 1.3.6.1.4.1.57264.1.1 (the raw bytes). Note well: certificate
-//! transparency (the SCT Fulcio embeds) is not checked; the Rekor entry is
-//! what proves the signature was logged.
+//! the older 1.3.6.1.4.1.57264.1.1 (the raw bytes). The certificate
+//! transparency timestamp (SCT) Fulcio embeds is checked against the
+//! trusted root's CT logs ([`super::sct`]).
 
 use std::collections::BTreeSet;
 
@@ -182,13 +182,14 @@ fn is_ca(cert: &Certificate) -> bool {
 /// Check `leaf` (DER) against the trusted root's CAs at time `t` (Unix
 /// seconds, the log's signed time): a chain of signatures to one CA's
 /// root, every certificate valid at `t`, the CA's window holding `t`, the
-/// issuers CAs, the leaf for code signing. Returns the leaf's key and the
-/// signer it names.
+/// issuers CAs, the leaf for code signing, and an SCT from one of the
+/// root's CT logs embedded in it (when the root lists CT logs). Returns the
+/// leaf's key and the signer it names.
 pub fn verify_leaf(leaf_der: &[u8], root: &TrustedRoot, t: i64) -> Result<(EcKey, Signer), String> {
     let leaf = Certificate::from_der(leaf_der)
         .map_err(|e| format!("the signing certificate is not X.509 DER: {e}"))?;
     let mut reasons = Vec::new();
-    let mut chained = false;
+    let mut chained = None;
     for ca in &root.authorities {
         let checked = (|| {
             if !ca.valid_for.contains(t) {
@@ -206,27 +207,28 @@ pub fn verify_leaf(leaf_der: &[u8], root: &TrustedRoot, t: i64) -> Result<(EcKey
         })();
         match checked {
             Ok(()) => {
-                chained = true;
                 for c in std::iter::once(&leaf).chain(&ca.chain) {
                     valid_at(c, t)?;
                 }
+                chained = Some(ca);
                 break;
             }
             Err(e) => reasons.push(format!("{}: {e}", ca.uri)),
         }
     }
-    if !chained {
+    let Some(ca) = chained else {
         return Err(format!(
             "the signing certificate {} does not chain to a CA of the trusted root {} ({})",
             subject_of(&leaf),
             root.source,
             reasons.join("; ")
         ));
-    }
+    };
     let eku = extension(&leaf, &EXTENDED_KEY_USAGE).and_then(|b| ExtendedKeyUsage::from_der(b).ok());
     if !eku.is_some_and(|e| e.0.contains(&CODE_SIGNING)) {
         return Err(format!("certificate {} is not for code signing (extendedKeyUsage)", subject_of(&leaf)));
     }
+    super::sct::verify(&leaf, &ca.chain, root)?;
     Ok((public_key(&leaf)?, signer(&leaf)?))
 }
 

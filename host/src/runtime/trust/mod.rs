@@ -35,6 +35,7 @@ pub mod fulcio;
 pub mod keys;
 pub mod rekor;
 pub mod root;
+pub mod sct;
 
 use std::collections::BTreeMap;
 

@@ -1,14 +1,14 @@
 //! Sigstore's trusted root (`trusted_root.json`, as Sigstore's TUF
 //! repository distributes it): the certificate authorities (Fulcio) whose
-//! chains may issue signing certificates, and the transparency logs (Rekor)
-//! whose keys sign checkpoints and signed entry timestamps, each with its
-//! validity window.
+//! chains may issue signing certificates, the transparency logs (Rekor)
+//! whose keys sign checkpoints and signed entry timestamps, and the
+//! certificate transparency logs (`ctlogs`) whose keys sign the SCTs
+//! Fulcio embeds in its certificates, each with its validity window.
 //!
 //! Read once when a manifest is parsed; nothing in it is fetched. Note well:
 //! the file is trusted as given (a node gets it from its own TUF client or
-//! its image); its TUF metadata is not checked here. `ctlogs` and
-//! `timestampAuthorities` are read past, not used (certificate transparency
-//! SCTs and RFC 3161 timestamps are not verified).
+//! its image); its TUF metadata is not checked here. `timestampAuthorities`
+//! are read past, not used (RFC 3161 timestamps are not verified).
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -17,6 +17,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use x509_cert::Certificate;
 use x509_cert::der::Decode as _;
+use x509_cert::spki::SubjectPublicKeyInfoRef;
 
 use super::keys::EcKey;
 
@@ -53,7 +54,7 @@ pub struct Authority {
     pub valid_for: Window,
 }
 
-/// A transparency log.
+/// A transparency log (Rekor) or a certificate transparency log.
 #[derive(Debug, Clone)]
 pub struct Log {
     /// Its base URL (messages).
@@ -75,6 +76,9 @@ pub struct TrustedRoot {
     pub authorities: Vec<Authority>,
     /// Rekor logs.
     pub logs: Vec<Log>,
+    /// Certificate transparency logs (their SCTs are checked when the root
+    /// lists any; see [`super::sct`]).
+    pub ct_logs: Vec<Log>,
 }
 
 impl PartialEq for TrustedRoot {
@@ -90,6 +94,8 @@ struct RawRoot {
     media_type: Option<String>,
     #[serde(default)]
     tlogs: Vec<RawLog>,
+    #[serde(default)]
+    ctlogs: Vec<RawLog>,
     #[serde(default)]
     certificate_authorities: Vec<RawCa>,
 }
@@ -108,6 +114,7 @@ struct RawLog {
 #[serde(rename_all = "camelCase")]
 struct RawKey {
     raw_bytes: String,
+    key_details: Option<String>,
     valid_for: Option<RawWindow>,
 }
 
@@ -180,25 +187,22 @@ impl TrustedRoot {
         {
             return Err(format!("mediaType is {mt:?}, not a Sigstore trusted root"));
         }
-        if raw.tlogs.len() > MAX_ENTRIES || raw.certificate_authorities.len() > MAX_ENTRIES {
-            return Err(format!("more than {MAX_ENTRIES} tlogs or certificateAuthorities"));
+        if raw.tlogs.len() > MAX_ENTRIES
+            || raw.ctlogs.len() > MAX_ENTRIES
+            || raw.certificate_authorities.len() > MAX_ENTRIES
+        {
+            return Err(format!("more than {MAX_ENTRIES} tlogs, ctlogs or certificateAuthorities"));
         }
         if raw.tlogs.is_empty() && raw.certificate_authorities.is_empty() {
             return Err("lists no tlogs and no certificateAuthorities".into());
         }
         let mut logs = Vec::new();
         for (i, l) in raw.tlogs.iter().enumerate() {
-            let what = format!("tlogs[{i}] ({})", l.base_url);
-            if let Some(h) = &l.hash_algorithm
-                && h != "SHA2_256"
-            {
-                return Err(format!("{what}: hashAlgorithm {h} is not supported (SHA2_256 is)"));
-            }
-            let der = b64(&l.public_key.raw_bytes, &format!("{what} publicKey.rawBytes"))?;
-            let key = EcKey::from_spki_der(&der).map_err(|e| format!("{what} publicKey: {e}"))?;
-            let key_id = b64(&l.log_id.key_id, &format!("{what} logId.keyId"))?;
-            let valid_for = window(l.public_key.valid_for.as_ref(), &format!("{what} publicKey"))?;
-            logs.push(Log { base_url: l.base_url.clone(), key_id, key, valid_for });
+            logs.extend(log(l, &format!("tlogs[{i}]"))?);
+        }
+        let mut ct_logs = Vec::new();
+        for (i, l) in raw.ctlogs.iter().enumerate() {
+            ct_logs.extend(log(l, &format!("ctlogs[{i}]"))?);
         }
         let mut authorities = Vec::new();
         for (i, ca) in raw.certificate_authorities.iter().enumerate() {
@@ -218,7 +222,7 @@ impl TrustedRoot {
             let valid_for = window(ca.valid_for.as_ref(), &what)?;
             authorities.push(Authority { uri: ca.uri.clone(), chain, valid_for });
         }
-        Ok(TrustedRoot { source: source.to_owned(), authorities, logs })
+        Ok(TrustedRoot { source: source.to_owned(), authorities, logs, ct_logs })
     }
 
     /// Read and parse `path` (at most [`MAX_TRUSTED_ROOT_BYTES`]).
@@ -239,6 +243,41 @@ impl TrustedRoot {
     pub fn log(&self, key_id: &[u8]) -> Option<&Log> {
         self.logs.iter().find(|l| l.key_id == key_id)
     }
+
+    /// The certificate transparency log whose key id is `key_id`.
+    pub fn ct_log(&self, key_id: &[u8]) -> Option<&Log> {
+        self.ct_logs.iter().find(|l| l.key_id == key_id)
+    }
+}
+
+/// One `tlogs[]` or `ctlogs[]` item; `what` names it in messages. `None`
+/// for a key of a type not verified here — a SubjectPublicKeyInfo of
+/// another algorithm, or `keyDetails` naming one (Rekor v2's Ed25519 logs, a
+/// PKCS#1 RSA CT log, as Sigstore's public roots list them): that log is
+/// left out, so its entries and SCTs count as from an unknown log, and the
+/// rest of the root is still used (sigstore-python does the same).
+fn log(l: &RawLog, what: &str) -> Result<Option<Log>, String> {
+    let what = format!("{what} ({})", l.base_url);
+    if let Some(h) = &l.hash_algorithm
+        && h != "SHA2_256"
+    {
+        return Err(format!("{what}: hashAlgorithm {h} is not supported (SHA2_256 is)"));
+    }
+    let der = b64(&l.public_key.raw_bytes, &format!("{what} publicKey.rawBytes"))?;
+    let key_id = b64(&l.log_id.key_id, &format!("{what} logId.keyId"))?;
+    let valid_for = window(l.public_key.valid_for.as_ref(), &format!("{what} publicKey"))?;
+    let key = match EcKey::from_spki_der(&der) {
+        Ok(key) => key,
+        Err(_)
+            if SubjectPublicKeyInfoRef::from_der(&der).is_ok()
+                || l.public_key.key_details.as_deref().is_some_and(|d| !d.starts_with("PKIX_ECDSA_")) =>
+        {
+            tracing::debug!("{what}: a key that is not ECDSA P-256/P-384; this log is left out");
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("{what} publicKey: {e}")),
+    };
+    Ok(Some(Log { base_url: l.base_url.clone(), key_id, key, valid_for }))
 }
 
 /// The key id Sigstore gives a key: the SHA-256 of its DER
@@ -271,5 +310,30 @@ mod tests {
         let bad_cert = br#"{"certificateAuthorities":[{"uri":"https://ca","certChain":{"certificates":
             [{"rawBytes":"AAAA"}]},"validFor":{"start":"2020-01-01T00:00:00Z"}}]}"#;
         assert!(TrustedRoot::parse(bad_cert, "r").unwrap_err().contains("not X.509 DER"));
+    }
+
+    #[test]
+    fn a_log_whose_key_is_not_ecdsa_is_left_out_and_the_rest_is_used() {
+        use p256::pkcs8::EncodePublicKey as _;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        // An Ed25519 SubjectPublicKeyInfo (Rekor v2's public logs).
+        let mut ed25519 = hex::decode("302a300506032b6570032100").unwrap();
+        ed25519.extend_from_slice(&[9; 32]);
+        let p256 = p256::ecdsa::SigningKey::from_slice(&[3; 32]).unwrap();
+        let p256 = p256.verifying_key().to_public_key_der().unwrap();
+        let entry = |url: &str, der: &[u8]| {
+            serde_json::json!({"baseUrl": url, "publicKey": {"rawBytes": b64(der),
+                "validFor": {"start": "2020-01-01T00:00:00Z"}}, "logId": {"keyId": b64(&key_id(der))}})
+        };
+        let mut json = serde_json::json!({
+            "tlogs": [entry("https://rekor", p256.as_bytes()), entry("https://rekor-v2", &ed25519)],
+            "ctlogs": [entry("https://ctfe-ed", &ed25519), entry("https://ctfe", p256.as_bytes()),
+                entry("https://ctfe-rsa", b"PKCS#1")],
+        });
+        json["ctlogs"][2]["publicKey"]["keyDetails"] = "PKCS1_RSA_PKCS1V5".into();
+        let root = TrustedRoot::parse(json.to_string().as_bytes(), "r").unwrap();
+        let urls = |logs: &[Log]| logs.iter().map(|l| l.base_url.clone()).collect::<Vec<_>>();
+        assert_eq!(urls(&root.logs), ["https://rekor"]);
+        assert_eq!(urls(&root.ct_logs), ["https://ctfe"]);
     }
 }
