@@ -90,10 +90,10 @@ def wait_upgraded(cache, t0):
     return (time.perf_counter() - t0) * 1000
 
 
-def q(xs):
+def q(xs, f="%.1f"):
     xs = sorted(xs)
     n = len(xs)
-    return "median %.1f [%.1f-%.1f]" % (statistics.median(xs), xs[max(0, n // 10)], xs[min(n - 1, (9 * n) // 10)])
+    return f"median {f} [{f}-{f}]" % (statistics.median(xs), xs[max(0, n // 10)], xs[min(n - 1, (9 * n) // 10)])
 
 
 version = subprocess.run([after, "--version"], capture_output=True, text=True).stdout.strip()
@@ -124,6 +124,9 @@ for r in range(rounds):
             res["upgraded after ms"].append(wait_upgraded(cache, t0))
 for k, v in res.items():
     print(f"{k:24} {q(v)}")
+print("cold after/before, per round", q([a / b for a, b in zip(res["cold after ms"], res["cold before ms"])], "%.3f"))
+print("compile winch/cranelift, per round",
+      q([a / b for a, b in zip(res["compile winch ms"], res["compile cranelift ms"])], "%.3f"))
 
 # Warm caches: BEFORE's own; AFTER's upgraded one; a Winch-only one.
 caches = {"before cranelift": f"{scratch}/cold-before-0", "after cranelift": f"{scratch}/cold-after-0",
@@ -147,4 +150,4 @@ for r in range(max(rounds * 5, 15)):
 assert artifacts(caches["after winch"])[0].endswith("-winch.cwasm"), "the Winch cache was upgraded"
 for k in warm:
     ratio = [a / b for a, b in zip(warm[k], warm["before cranelift"])]
-    print(f"warm {k:17} ms {q(warm[k])}; /before {q(ratio)}")
+    print(f"warm {k:17} ms {q(warm[k])}; /before {q(ratio, '%.3f')}")

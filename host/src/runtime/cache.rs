@@ -67,17 +67,8 @@ pub(crate) struct Cache {
 pub(crate) struct Engines<'a> {
     /// Cranelift's: the artifacts every load prefers.
     pub cranelift: &'a Engine,
-    /// Winch's: a first start's artifact.
-    pub winch: &'a Engine,
-}
-
-impl Engines<'_> {
-    fn of(&self, compiler: Compiler) -> &Engine {
-        match compiler {
-            Compiler::Cranelift => self.cranelift,
-            Compiler::Winch => self.winch,
-        }
-    }
+    /// Winch's, made on first use (a warm load never needs it).
+    pub winch: &'a dyn Fn() -> Result<Engine, String>,
 }
 
 /// Why [`Cache::load`] has no component.
@@ -201,7 +192,7 @@ impl Cache {
         wasm: &[u8],
         cranelift: &Path,
     ) -> Result<Option<Component>, String> {
-        let engine = engines.of(Compiler::Winch);
+        let engine = &(engines.winch)()?;
         let Some(path) = self.path(engine, Compiler::Winch, sha256) else { return Ok(None) };
         let component = match try_load(engine, &path) {
             Ok(Some(c)) => c,

@@ -19,11 +19,10 @@
 //! which would take the memory this exists to keep out.
 //!
 //! Two compilers: [`Compiler::Winch`], wasmtime's baseline compiler,
-//! compiles an 18 MB Python component about ten times faster than
-//! [`Compiler::Cranelift`], whose code runs faster. A cache miss with a
-//! compile child is compiled by Winch, so the first run starts soon; a
-//! [`Background`] compile by Cranelift then replaces that artifact (see
-//! `cache.rs`).
+//! compiles an 18 MB Python component in FACTOR of [`Compiler::Cranelift`]'s
+//! time; Cranelift's code runs faster. A cache miss with a compile child is
+//! compiled by Winch, so the first run starts soon; a background compile by
+//! Cranelift then replaces that artifact ([`super::upgrade`]).
 //!
 //! Here too, so that the child and the runtime share them: the engine's
 //! settings (`config`) and how an artifact is stored (`store`).
@@ -195,15 +194,41 @@ impl OutOfProcess {
 /// [`MAX_COMPONENT_BYTES`]), check that its sha256 is `sha256`, compile it
 /// with `compiler` and the runtime's engine settings at a lower priority and
 /// store the artifact at `artifact` (temporary file, fsync, rename).
+///
+/// One compile at a time per cache directory: the child holds
+/// [`COMPILE_LOCK`] there while it compiles, waiting for it first, so a
+/// first start's compile and a background one never add their memory.
 pub fn serve(compiler: Compiler, artifact: &Path, sha256: &str) -> Result<(), Error> {
     // Best effort: a compile at normal priority is still a compile.
     let _ = rustix::process::nice(NICE);
     let wasm = read_component(sha256)?;
+    let _lock = lock_compiles(artifact.parent().unwrap_or(Path::new(".")))?;
     let engine = engine(compiler)?;
     let component =
         Component::new(&engine, &wasm).map_err(|e| Error::engine("compiling the component", e))?;
     store(&component, artifact)
         .map_err(|e| Error::Io { what: format!("storing {}", artifact.display()), source: e })
+}
+
+/// The lock file in a cache directory that the one compile running there
+/// holds (`flock`, exclusive).
+pub const COMPILE_LOCK: &str = ".compile.lock";
+
+/// Wait for and take `dir`'s compile lock (creating `dir`); released when
+/// the file is closed, at the latest when the child exits.
+fn lock_compiles(dir: &Path) -> Result<std::fs::File, Error> {
+    let path = dir.join(COMPILE_LOCK);
+    let io = |e: std::io::Error| Error::Io { what: format!("locking {}", path.display()), source: e };
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io)?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io(e.into()))?;
+    Ok(file)
 }
 
 /// The component on stdin (at most [`MAX_COMPONENT_BYTES`]), checked

@@ -24,10 +24,9 @@ pub struct Runtime {
     /// Cranelift's engine: every load prefers its artifacts.
     engine: Engine,
     linker: Linker<State>,
-    /// Winch's engine and linker, for a first start's artifact (the linker
-    /// made on first use).
-    winch: Engine,
-    winch_linker: OnceLock<Linker<State>>,
+    /// Winch's engine and linker, for a first start's artifact, made on
+    /// first use (a warm start never needs them).
+    winch: OnceLock<(Engine, Linker<State>)>,
     cache: cache::Cache,
     /// How registries are reached (the blob cache sits in the compile
     /// cache's directory).
@@ -76,7 +75,6 @@ impl Runtime {
     /// a linker holding only the allowlisted imports.
     pub fn new(cache: &CacheConfig) -> Result<Self, Error> {
         let engine = compiler::engine(Compiler::Cranelift)?;
-        let winch = compiler::engine(Compiler::Winch)?;
         let linker = Self::linker(&engine)?;
         let cache = cache::Cache::new(cache);
         let registry_settings =
@@ -85,8 +83,7 @@ impl Runtime {
         Ok(Runtime {
             engine,
             linker,
-            winch,
-            winch_linker: OnceLock::new(),
+            winch: OnceLock::new(),
             cache,
             registry_settings,
             registry: OnceLock::new(),
@@ -101,16 +98,23 @@ impl Runtime {
         Ok(linker)
     }
 
+    /// Winch's engine and linker (made on the first call).
+    fn winch(&self) -> Result<&(Engine, Linker<State>), Error> {
+        if let Some(w) = self.winch.get() {
+            return Ok(w);
+        }
+        let engine = compiler::engine(Compiler::Winch)?;
+        let linker = Self::linker(&engine)?;
+        Ok(self.winch.get_or_init(|| (engine, linker)))
+    }
+
     /// The engine and linker of `compiler`.
     fn engine_of(&self, compiler: Compiler) -> Result<(&Engine, &Linker<State>), Error> {
         match compiler {
             Compiler::Cranelift => Ok((&self.engine, &self.linker)),
             Compiler::Winch => {
-                if let Some(l) = self.winch_linker.get() {
-                    return Ok((&self.winch, l));
-                }
-                let l = Self::linker(&self.winch)?;
-                Ok((&self.winch, self.winch_linker.get_or_init(|| l)))
+                let (engine, linker) = self.winch()?;
+                Ok((engine, linker))
             }
         }
     }
@@ -154,7 +158,8 @@ impl Runtime {
         // artifact, a core module or a file that is not wasm.
         let interface = Interface::parse(wasm).map_err(policy)?;
         let sha256 = sha256_hex(wasm);
-        let engines = cache::Engines { cranelift: &self.engine, winch: &self.winch };
+        let winch = || self.winch().map(|(e, _)| e.clone()).map_err(|e| e.to_string());
+        let engines = cache::Engines { cranelift: &self.engine, winch: &winch };
         let loaded = self.cache.load(&engines, &sha256, wasm, tiered);
         let (component, cache, compiler) = loaded.map_err(|e| match e {
             cache::LoadError::Invalid(e) => policy(format!("it is not a valid component: {e:#}")),

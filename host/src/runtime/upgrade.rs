@@ -11,7 +11,10 @@
 //!    load of the Winch artifact starts it again;
 //! 2. compiles with Cranelift in a compile child, with that child's deadline
 //!    and lower priority ([`OutOfProcess::compile`]), which stores the
-//!    artifact atomically;
+//!    artifact atomically. Like every compile child it waits for the cache's
+//!    compile lock ([`compiler::COMPILE_LOCK`]): one compile at a time, so
+//!    a node's memory holds one compile's peak, and a first start of
+//!    another component may wait behind this compile;
 //! 3. removes the Winch artifact. A process that loaded it keeps its
 //!    mapping; later loads find the Cranelift artifact.
 //!
@@ -101,6 +104,13 @@ pub fn serve(child: &OutOfProcess, artifact: &Path, sha256: &str, replaces: &Pat
     let wasm = compiler::read_component(sha256)?;
     let dir = artifact.parent().unwrap_or(Path::new("."));
     let io = |what: String| move |e: std::io::Error| Error::Io { what, source: e };
+    // Only a Winch artifact beside the one this stores is ever removed.
+    let winch = replaces.parent() == Some(dir)
+        && replaces.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-winch.cwasm"));
+    if !winch {
+        let why = format!("{} is not a Winch artifact beside {}", replaces.display(), artifact.display());
+        return Err(io("checking --replaces".into())(std::io::Error::other(why)));
+    }
     let lock = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -114,9 +124,13 @@ pub fn serve(child: &OutOfProcess, artifact: &Path, sha256: &str, replaces: &Pat
         Err(rustix::io::Errno::WOULDBLOCK) => return Ok(()),
         Err(e) => return Err(io(format!("locking {}", dir.join(LOCK).display()))(e.into())),
     }
+    if failed(artifact).is_some() {
+        // An earlier upgrade failed: Winch's artifact stays.
+        return Ok(());
+    }
     let engine = compiler::engine(Compiler::Cranelift)?;
     let done = matches!(cache::try_load(&engine, artifact), Ok(Some(_)));
-    if !done && failed(artifact).is_none() {
+    if !done {
         if let Err(why) = child.compile(Compiler::Cranelift, &wasm, sha256, artifact) {
             let _ = write_note(artifact, &why);
             return Err(Error::Io {
