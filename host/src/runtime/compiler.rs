@@ -19,8 +19,8 @@
 //! which would take the memory this exists to keep out.
 //!
 //! Two compilers: [`Compiler::Winch`], wasmtime's baseline compiler,
-//! compiles an 18 MB Python component in FACTOR of [`Compiler::Cranelift`]'s
-//! time; Cranelift's code runs faster. A cache miss with a compile child is
+//! compiles an 18 MB Python component in about 0.15 of [`Compiler::Cranelift`]'s
+//! time (`BENCHMARKS.md`, "A first start"); Cranelift's code runs faster. A cache miss with a compile child is
 //! compiled by Winch, so the first run starts soon; a background compile by
 //! Cranelift then replaces that artifact ([`super::upgrade`]).
 //!
