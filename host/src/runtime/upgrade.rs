@@ -130,14 +130,12 @@ pub fn serve(child: &OutOfProcess, artifact: &Path, sha256: &str, replaces: &Pat
     }
     let engine = compiler::engine(Compiler::Cranelift)?;
     let done = matches!(cache::try_load(&engine, artifact), Ok(Some(_)));
-    if !done {
-        if let Err(why) = child.compile(Compiler::Cranelift, &wasm, sha256, artifact) {
-            let _ = write_note(artifact, &why);
-            return Err(Error::Io {
-                what: format!("compiling {sha256} with Cranelift"),
-                source: std::io::Error::other(why),
-            });
-        }
+    if !done && let Err(why) = child.compile(Compiler::Cranelift, &wasm, sha256, artifact) {
+        let _ = write_note(artifact, &why);
+        return Err(Error::Io {
+            what: format!("compiling {sha256} with Cranelift"),
+            source: std::io::Error::other(why),
+        });
     }
     match std::fs::remove_file(replaces) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
