@@ -58,9 +58,10 @@ fn assert_a_compile_leaves_a_cache_file() {
     let cache = tmp.path().join("cache");
     let (status, stderr, _) = run_refused(&super::wasm("example"), tmp.path(), &cache);
     assert_ne!(status, POLICY, "{stderr}");
-    // The compiled artifact (beside it, the pin remembered for the file).
+    // The compiled artifact (beside it, the pin remembered for the file; for
+    // a moment, Winch's and Cranelift's both, see runtime/cache.rs).
     let artifacts = files_in(&cache).into_iter().filter(|f| f.ends_with(".cwasm")).count();
-    assert_eq!(artifacts, 1, "a compiled component was not cached: {stderr}");
+    assert!(artifacts >= 1, "a compiled component was not cached: {stderr}");
 }
 
 /// Every run of `wasm` is refused with `needles` in its message, and no run

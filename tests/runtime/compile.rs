@@ -84,14 +84,9 @@ fn a_compile_in_a_child_process_stores_an_artifact_this_process_loads_like_its_o
     let manifest = durasync::runtime::Manifest::load(&f.manifest).unwrap();
     let runtime = out_of_process(&cache, support::durasync(), &["__compile-artifact"]);
     runtime.load_manifest(&manifest).unwrap();
-    assert_eq!(
-        std::fs::read_dir(&cache)
-            .unwrap()
-            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "cwasm"))
-            .count(),
-        1,
-        "the child stored one artifact"
-    );
+    // Winch's artifact, then the background compile's in its place.
+    upgraded(&cache);
+    assert_eq!(by_compiler(&cache), (1, 0), "the children stored one artifact");
     // An in-process runtime finds it usable: the same engine settings.
     let in_process =
         durasync::runtime::Runtime::new(&durasync::runtime::CacheConfig::Dir(cache.clone())).unwrap();
@@ -135,4 +130,118 @@ fn a_compile_child_refuses_bytes_that_are_not_the_pinned_component() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("sha256"), "{}", text(&out.stderr));
     assert!(!artifact.exists());
+}
+
+/// The artifacts of a cache directory by compiler: (Cranelift's, Winch's).
+fn by_compiler(cache: &Path) -> (usize, usize) {
+    let names: Vec<String> = std::fs::read_dir(cache)
+        .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let winch = names.iter().filter(|n| n.ends_with("-winch.cwasm")).count();
+    (names.iter().filter(|n| n.ends_with(".cwasm")).count() - winch, winch)
+}
+
+/// Wait until the background compile in `cache` is over: no Winch artifact
+/// left, or a failure note beside the Cranelift artifact's path. The bound
+/// is a stuck upgrade, not a slow one.
+pub(crate) fn upgraded(cache: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let noted = std::fs::read_dir(cache)
+            .map(|d| d.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().ends_with(".failed")))
+            .unwrap_or(false);
+        if noted || by_compiler(cache).1 == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background compile in {} never ended",
+            cache.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_artifact_loads_only_into_an_engine_of_the_compiler_that_made_it() {
+    use durasync::runtime::compiler::{Compiler, engine};
+    use wasmtime::component::Component;
+    let f = Fixture::new("noop", "rw", "");
+    let wasm = std::fs::read(f.path("plugin.wasm")).unwrap();
+    let cranelift = engine(Compiler::Cranelift).unwrap();
+    let winch = engine(Compiler::Winch).unwrap();
+    let by_cranelift = cranelift.precompile_component(&wasm).unwrap();
+    let by_winch = winch.precompile_component(&wasm).unwrap();
+    assert_ne!(by_cranelift, by_winch);
+    for (engine, own, other) in [(&cranelift, &by_cranelift, &by_winch), (&winch, &by_winch, &by_cranelift)] {
+        // SAFETY: both artifacts were made by wasmtime in this test.
+        assert!(unsafe { Component::deserialize(engine, own) }.is_ok());
+        let refused = unsafe { Component::deserialize(engine, other) };
+        assert!(refused.is_err(), "an artifact of the other compiler was loaded");
+    }
+}
+
+#[test]
+fn a_first_load_runs_winchs_artifact_until_the_background_compile_replaces_it_with_cranelifts() {
+    use durasync::runtime::compiler::Compiler;
+    let f = Fixture::new("noop", "rw", "");
+    let cache = f.path("cache");
+    let manifest = durasync::runtime::Manifest::load(&f.manifest).unwrap();
+    let runtime = out_of_process(&cache, support::durasync(), &["__compile-artifact"]);
+    let plugin = runtime.load_manifest(&manifest).unwrap();
+    assert_eq!(plugin.compiler, Compiler::Winch, "a miss is compiled by Winch first");
+    plugin.describe("noop").expect("Winch's code runs");
+    upgraded(&cache);
+    assert_eq!(by_compiler(&cache), (1, 0), "Cranelift's artifact replaced Winch's");
+    // A later load, in another process's runtime as in this one, uses it.
+    for runtime in [&runtime, &out_of_process(&cache, support::durasync(), &["__compile-artifact"])] {
+        let plugin = runtime.load_manifest(&manifest).unwrap();
+        assert_eq!(plugin.compiler, Compiler::Cranelift);
+    }
+    assert_eq!(by_compiler(&cache), (1, 0), "nothing compiled again");
+    // The CLI's run takes the same path: Winch, then Cranelift.
+    let fresh = f.path("cache-run");
+    let out = run_with_cache(&f, &fresh);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(OK), "{stderr}");
+    assert!(stderr.contains("compiler=\"winch\""), "{stderr}");
+    upgraded(&fresh.join("durasync"));
+    assert_eq!(by_compiler(&fresh.join("durasync")), (1, 0));
+    let out = run_with_cache(&f, &fresh);
+    assert!(!text(&out.stderr).contains("compiled in a child"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_failed_background_compile_leaves_winchs_artifact_in_use_and_is_not_retried() {
+    use durasync::runtime::compiler::Compiler;
+    let f = Fixture::new("noop", "rw", "");
+    let manifest = durasync::runtime::Manifest::load(&f.manifest).unwrap();
+    // Learn the Cranelift artifact's name in one cache...
+    let good = f.path("good");
+    durasync::runtime::Runtime::new(&durasync::runtime::CacheConfig::Dir(good.clone()))
+        .unwrap()
+        .precompile(&manifest)
+        .unwrap();
+    let name = std::fs::read_dir(&good)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .find(|n| n.to_string_lossy().ends_with(".cwasm"))
+        .unwrap();
+    // ...and block it in another: a directory where the artifact goes.
+    let cache = f.path("cache");
+    std::fs::create_dir_all(cache.join(&name)).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let runtime = out_of_process(&cache, support::durasync(), &["__compile-artifact"]);
+    assert_eq!(runtime.load_manifest(&manifest).unwrap().compiler, Compiler::Winch);
+    upgraded(&cache);
+    let mut note = name.clone();
+    note.push(".failed");
+    assert!(cache.join(&note).is_file(), "the failure is noted");
+    assert_eq!(by_compiler(&cache).1, 1, "Winch's artifact stays");
+    // The next load uses it and starts nothing: a child would leave `started`.
+    let started = f.path("started");
+    let again = out_of_process(&cache, "/bin/sh".into(), &["-c", "touch \"$0\"", started.to_str().unwrap()]);
+    assert_eq!(again.load_manifest(&manifest).unwrap().compiler, Compiler::Winch);
+    assert!(!started.exists(), "a compile or an upgrade was started again");
+    assert_eq!(by_compiler(&cache).1, 1);
 }

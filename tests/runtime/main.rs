@@ -422,16 +422,24 @@ fn a_cached_artifact_from_another_engine_config_is_recompiled_not_trusted() {
     let cache = fx.path("cache");
     let out = run_with_cache(&fx, &cache);
     assert_eq!(out.status.code(), Some(OK), "{}", text(&out.stderr));
+    // Winch's artifact first, then Cranelift's in its place.
+    compile::upgraded(&cache.join("durasync"));
     let path = artifact(&cache);
     let good = std::fs::read(&path).unwrap();
     // Hit: nothing recompiled.
     let out = run_with_cache(&fx, &cache);
     assert!(!text(&out.stderr).contains("recompiling"), "{}", text(&out.stderr));
     // An artifact of the same component from an engine without fuel/epochs.
+    let wasm = std::fs::read(fx.path("plugin.wasm")).unwrap();
     let engine = wasmtime::Engine::new(&wasmtime::Config::new()).unwrap();
-    let foreign = engine.precompile_component(&std::fs::read(fx.path("plugin.wasm")).unwrap()).unwrap();
+    let foreign = engine.precompile_component(&wasm).unwrap();
     assert_ne!(foreign, good);
-    for (what, bytes) in [("another config", foreign), ("garbage", b"\0asm not really".to_vec())] {
+    // Winch's artifact of the same component, same settings otherwise.
+    let winch = durasync::runtime::compiler::engine(durasync::runtime::compiler::Compiler::Winch).unwrap();
+    let by_winch = winch.precompile_component(&wasm).unwrap();
+    for (what, bytes) in
+        [("another config", foreign), ("Winch's", by_winch), ("garbage", b"\0asm not really".to_vec())]
+    {
         std::fs::write(&path, &bytes).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let out = run_with_cache(&fx, &cache);
@@ -439,6 +447,7 @@ fn a_cached_artifact_from_another_engine_config_is_recompiled_not_trusted() {
         assert_eq!(out.status.code(), Some(OK), "{what}: {stderr}");
         assert!(stderr.contains("recompiling"), "{what}: {stderr}");
         assert!(text(&out.stdout).contains("nothing to do"));
+        compile::upgraded(&cache.join("durasync"));
         assert_ne!(std::fs::read(&path).unwrap(), bytes, "{what}: the bad artifact was kept");
     }
 }

@@ -482,6 +482,14 @@ impl Daemon {
             self.dispatch(vec![file.to_path_buf()], false, false, true);
             return;
         }
+        // A plugin on Winch's code (a first start) moves to Cranelift's once
+        // the background compile stored it (runtime/upgrade.rs).
+        if let Some(l) = &inst.loaded
+            && let Some(plugin) = self.runtime.upgraded(&inst.label, &l.plugin)
+        {
+            tracing::info!(instance = %inst.label, sha256 = %plugin.sha256, "now running Cranelift's code");
+            inst.loaded = Some(Arc::new(Loaded { spec: l.spec.clone(), plugin }));
+        }
         let (Some(loaded), Some((_, trigger))) = (inst.loaded.clone(), inst.due.take()) else { return };
         inst.running = true;
         let started = Instant::now();

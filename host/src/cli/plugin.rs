@@ -120,7 +120,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let skipped_probes = !args.dry_run && !manifest.hooks.probes.is_empty();
     let request = RunRequest::from_manifest(&manifest, input, args.dry_run)?;
-    let runtime = runtime_with(&cache, &args.tls)?;
+    let mut runtime = runtime_with(&cache, &args.tls)?;
+    // A miss compiles in a child: Winch first, Cranelift in the background.
+    runtime.compile_out_of_process(durasync::runtime::compiler::OutOfProcess::this_binary(COMPILE_CHILD));
     let plugin = runtime.load_manifest(&manifest)?;
     match plugin.run(&request) {
         Ok(outcome) => {
@@ -212,9 +214,20 @@ pub const RESULT_INDENT: &str = "  ";
 /// The hidden subcommand the agent's compile child runs.
 pub const COMPILE_CHILD: &str = "__compile-artifact";
 
-/// `durasync __compile-artifact --artifact PATH --sha256 HEX` (stdin: the component).
+/// `durasync __compile-artifact [--compiler NAME] --artifact PATH --sha256 HEX`
+/// (stdin: the component); with `--upgrade --replaces WINCH_ARTIFACT`, the
+/// background compile that replaces a Winch artifact (`runtime/upgrade.rs`).
 #[derive(Debug, clap::Args)]
 pub struct CompileChildArgs {
+    /// The compiler: cranelift or winch.
+    #[arg(long, default_value = "cranelift")]
+    pub compiler: durasync::runtime::compiler::Compiler,
+    /// Replace the Winch artifact `--replaces` in the background.
+    #[arg(long, requires = "replaces")]
+    pub upgrade: bool,
+    /// The Winch artifact an upgrade replaces.
+    #[arg(long)]
+    pub replaces: Option<PathBuf>,
     /// Where to store the compiled artifact (atomically).
     #[arg(long)]
     pub artifact: PathBuf,
@@ -224,7 +237,14 @@ pub struct CompileChildArgs {
 }
 
 pub fn compile_child(args: &CompileChildArgs) -> Result<()> {
-    durasync::runtime::compiler::serve(&args.artifact, &args.sha256)?;
+    use durasync::runtime::{compiler, upgrade};
+    match &args.replaces {
+        Some(replaces) if args.upgrade => {
+            let child = compiler::OutOfProcess::this_binary(COMPILE_CHILD);
+            upgrade::serve(&child, &args.artifact, &args.sha256, replaces)?;
+        }
+        _ => compiler::serve(args.compiler, &args.artifact, &args.sha256)?,
+    }
     Ok(())
 }
 

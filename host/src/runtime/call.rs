@@ -8,6 +8,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 
 use super::capture::Capture;
+use super::compiler::Compiler;
 use super::errors::{Error, TrapReason, panic_message};
 use super::limiter::{MemoryLimiter, Watchdog};
 use super::policy::Interface;
@@ -29,6 +30,9 @@ pub struct Plugin {
     pub manifest_digest: Option<String>,
     /// Who signed, verified at load (see `trust::Verified::signed_by`).
     pub signed_by: Option<String>,
+    /// The compiler of the code it runs (Winch on a first start, see
+    /// `cache.rs`).
+    pub compiler: Compiler,
 }
 
 /// What a call left behind: the session and the guest's stdio.
@@ -44,8 +48,9 @@ impl Plugin {
         engine: Engine,
         sha256: String,
         interface: Interface,
+        compiler: Compiler,
     ) -> Self {
-        Plugin { pre, engine, sha256, interface, manifest_digest: None, signed_by: None }
+        Plugin { pre, engine, sha256, interface, manifest_digest: None, signed_by: None, compiler }
     }
 
     /// Call `describe` with default limits and no roots.

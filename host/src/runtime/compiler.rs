@@ -18,6 +18,12 @@
 //! error naming how the child ended; it is never retried in the parent,
 //! which would take the memory this exists to keep out.
 //!
+//! Two compilers: [`Compiler::Winch`], wasmtime's baseline compiler,
+//! compiles an 18 MB Python component in about 0.15 of [`Compiler::Cranelift`]'s
+//! time (`BENCHMARKS.md`, "A first start"); Cranelift's code runs faster. A cache miss with a compile child is
+//! compiled by Winch, so the first run starts soon; a background compile by
+//! Cranelift then replaces that artifact ([`super::upgrade`]).
+//!
 //! Here too, so that the child and the runtime share them: the engine's
 //! settings (`config`) and how an artifact is stored (`store`).
 
@@ -36,8 +42,42 @@ use super::errors::Error;
 use crate::digest::sha256_hex;
 use crate::spawn::child::{Ended, supervise};
 
+/// Which of wasmtime's compilers made an artifact. An artifact loads only
+/// into an engine of the compiler that made it: wasmtime records the
+/// calling convention (`winch_callable`) in the artifact's header and
+/// refuses a mismatch, and the cache keeps the two apart by file name too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Compiler {
+    /// Wasmtime's optimizing compiler: slower to compile, faster code.
+    Cranelift,
+    /// Wasmtime's baseline compiler (x86_64): a single pass, no
+    /// optimization; the first start of a component not yet compiled.
+    Winch,
+}
+
+impl Compiler {
+    /// The name the compile child takes (`--compiler NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Compiler::Cranelift => "cranelift",
+            Compiler::Winch => "winch",
+        }
+    }
+}
+
+impl std::str::FromStr for Compiler {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cranelift" => Ok(Compiler::Cranelift),
+            "winch" => Ok(Compiler::Winch),
+            _ => Err(format!("unknown compiler {s:?}: cranelift or winch")),
+        }
+    }
+}
+
 /// How a compile child is started: the program and the arguments before
-/// `--artifact PATH --sha256 HEX`.
+/// `--compiler NAME --artifact PATH --sha256 HEX`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutOfProcess {
     /// The program to run.
@@ -76,10 +116,18 @@ impl OutOfProcess {
     /// Compile `wasm` (sha256 `sha256`) in a child that stores the artifact
     /// at `artifact`. `Ok` once the child exited successfully and the file
     /// is there; the caller loads it.
-    pub(crate) fn compile(&self, wasm: &[u8], sha256: &str, artifact: &Path) -> Result<(), String> {
+    pub(crate) fn compile(
+        &self,
+        compiler: Compiler,
+        wasm: &[u8],
+        sha256: &str,
+        artifact: &Path,
+    ) -> Result<(), String> {
         let started = Instant::now();
         let mut child = Command::new(&self.program)
             .args(&self.args)
+            .arg("--compiler")
+            .arg(compiler.name())
             .arg("--artifact")
             .arg(artifact)
             .arg("--sha256")
@@ -133,6 +181,7 @@ impl OutOfProcess {
         }
         tracing::info!(
             sha256,
+            compiler = compiler.name(),
             ms = started.elapsed().as_millis() as u64,
             "compiled in a child process: {}",
             artifact.display()
@@ -143,11 +192,48 @@ impl OutOfProcess {
 
 /// The child's side: read the component from stdin (at most
 /// [`MAX_COMPONENT_BYTES`]), check that its sha256 is `sha256`, compile it
-/// with the runtime's engine settings at a lower priority and store the
-/// artifact at `artifact` (temporary file, fsync, rename).
-pub fn serve(artifact: &Path, sha256: &str) -> Result<(), Error> {
+/// with `compiler` and the runtime's engine settings at a lower priority and
+/// store the artifact at `artifact` (temporary file, fsync, rename).
+///
+/// One compile at a time per cache directory: the child holds
+/// [`COMPILE_LOCK`] there while it compiles, waiting for it first, so a
+/// first start's compile and a background one never add their memory.
+pub fn serve(compiler: Compiler, artifact: &Path, sha256: &str) -> Result<(), Error> {
     // Best effort: a compile at normal priority is still a compile.
     let _ = rustix::process::nice(NICE);
+    let wasm = read_component(sha256)?;
+    let _lock = lock_compiles(artifact.parent().unwrap_or(Path::new(".")))?;
+    let engine = engine(compiler)?;
+    let component =
+        Component::new(&engine, &wasm).map_err(|e| Error::engine("compiling the component", e))?;
+    store(&component, artifact)
+        .map_err(|e| Error::Io { what: format!("storing {}", artifact.display()), source: e })
+}
+
+/// The lock file in a cache directory that the one compile running there
+/// holds (`flock`, exclusive).
+pub const COMPILE_LOCK: &str = ".compile.lock";
+
+/// Wait for and take `dir`'s compile lock (creating `dir`); released when
+/// the file is closed, at the latest when the child exits.
+fn lock_compiles(dir: &Path) -> Result<std::fs::File, Error> {
+    let path = dir.join(COMPILE_LOCK);
+    let io = |e: std::io::Error| Error::Io { what: format!("locking {}", path.display()), source: e };
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io)?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io(e.into()))?;
+    Ok(file)
+}
+
+/// The component on stdin (at most [`MAX_COMPONENT_BYTES`]), checked
+/// against `sha256`.
+pub(crate) fn read_component(sha256: &str) -> Result<Vec<u8>, Error> {
     let mut wasm = Vec::new();
     let io = |what: &str, e: std::io::Error| Error::Io { what: what.to_owned(), source: e };
     std::io::Read::read_to_end(
@@ -162,19 +248,24 @@ pub fn serve(artifact: &Path, sha256: &str) -> Result<(), Error> {
     if actual != sha256 {
         return Err(Error::Sha256Mismatch { wasm: "stdin".into(), expected: sha256.to_owned(), actual });
     }
-    let engine =
-        wasmtime::Engine::new(&config()).map_err(|e| Error::engine("creating the wasm engine", e))?;
-    let component =
-        Component::new(&engine, &wasm).map_err(|e| Error::engine("compiling the component", e))?;
-    store(&component, artifact).map_err(|e| io(&format!("storing {}", artifact.display()), e))
+    Ok(wasm)
 }
 
-/// The engine's settings, the same for every engine of this binary (a
-/// compile child's included: its artifacts must load here).
-pub(crate) fn config() -> wasmtime::Config {
+/// An engine of `compiler` with the settings every engine of this binary
+/// shares (a compile child's included: its artifacts must load here).
+pub fn engine(compiler: Compiler) -> Result<wasmtime::Engine, Error> {
+    wasmtime::Engine::new(&config(compiler)).map_err(|e| Error::engine("creating the wasm engine", e))
+}
+
+/// The engine's settings: fuel (the deterministic CPU budget) and epochs
+/// (the wall-clock deadline), both supported by Winch on x86_64.
+fn config(compiler: Compiler) -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
-    // Fuel: deterministic CPU budget. Epochs: the wall-clock deadline.
     config.consume_fuel(true).epoch_interruption(true).wasm_component_model(true);
+    config.strategy(match compiler {
+        Compiler::Cranelift => wasmtime::Strategy::Cranelift,
+        Compiler::Winch => wasmtime::Strategy::Winch,
+    });
     config
 }
 

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use super::bindings;
 use super::cache::{self, CacheConfig, CacheStatus};
 use super::call::Plugin;
-use super::compiler::{self, OutOfProcess};
+use super::compiler::{self, Compiler, OutOfProcess};
 use super::distribution::{self, Registry};
 use super::errors::Error;
 use super::manifest::{Component as Source, Manifest};
@@ -19,10 +19,14 @@ use super::state::{self, State};
 use super::trust;
 use crate::digest::sha256_hex;
 
-/// The engine, the linker and the cache. Build one per process.
+/// The engines, the linkers and the cache. Build one per process.
 pub struct Runtime {
+    /// Cranelift's engine: every load prefers its artifacts.
     engine: Engine,
     linker: Linker<State>,
+    /// Winch's engine and linker, for a first start's artifact, made on
+    /// first use (a warm start never needs them).
+    winch: OnceLock<(Engine, Linker<State>)>,
     cache: cache::Cache,
     /// How registries are reached (the blob cache sits in the compile
     /// cache's directory).
@@ -62,21 +66,57 @@ pub struct Compiled {
     pub interface: Interface,
     /// What the cache did.
     pub cache: CacheStatus,
+    /// The compiler of its code.
+    pub compiler: Compiler,
 }
 
 impl Runtime {
-    /// An engine with fuel and epoch interruption and a linker holding only
-    /// the allowlisted imports.
+    /// Engines with fuel and epoch interruption (one per [`Compiler`]) and
+    /// a linker holding only the allowlisted imports.
     pub fn new(cache: &CacheConfig) -> Result<Self, Error> {
-        let engine =
-            Engine::new(&compiler::config()).map_err(|e| Error::engine("creating the wasm engine", e))?;
-        let mut linker = Linker::new(&engine);
-        state::add_allowed_imports(&mut linker).map_err(|e| Error::engine("linking host functions", e))?;
+        let engine = compiler::engine(Compiler::Cranelift)?;
+        let linker = Self::linker(&engine)?;
         let cache = cache::Cache::new(cache);
         let registry_settings =
             distribution::Settings { cache_dir: cache.dir().map(Into::into), ..Default::default() };
         let pins = cache.dir().map(Pins::in_cache);
-        Ok(Runtime { engine, linker, cache, registry_settings, registry: OnceLock::new(), pins })
+        Ok(Runtime {
+            engine,
+            linker,
+            winch: OnceLock::new(),
+            cache,
+            registry_settings,
+            registry: OnceLock::new(),
+            pins,
+        })
+    }
+
+    /// A linker of `engine` holding only the allowlisted imports.
+    fn linker(engine: &Engine) -> Result<Linker<State>, Error> {
+        let mut linker = Linker::new(engine);
+        state::add_allowed_imports(&mut linker).map_err(|e| Error::engine("linking host functions", e))?;
+        Ok(linker)
+    }
+
+    /// Winch's engine and linker (made on the first call).
+    fn winch(&self) -> Result<&(Engine, Linker<State>), Error> {
+        if let Some(w) = self.winch.get() {
+            return Ok(w);
+        }
+        let engine = compiler::engine(Compiler::Winch)?;
+        let linker = Self::linker(&engine)?;
+        Ok(self.winch.get_or_init(|| (engine, linker)))
+    }
+
+    /// The engine and linker of `compiler`.
+    fn engine_of(&self, compiler: Compiler) -> Result<(&Engine, &Linker<State>), Error> {
+        match compiler {
+            Compiler::Cranelift => Ok((&self.engine, &self.linker)),
+            Compiler::Winch => {
+                let (engine, linker) = self.winch()?;
+                Ok((engine, linker))
+            }
+        }
     }
 
     /// Change how registries are reached (timeouts, limits, retries);
@@ -98,6 +138,8 @@ impl Runtime {
 
     /// Compile the components the cache does not hold in a child process
     /// (see `compiler.rs`): the agent's memory then never carries a compile.
+    /// A load that finds nothing cached then runs Winch's artifact and
+    /// replaces it with Cranelift's in the background (see `cache.rs`).
     pub fn compile_out_of_process(&mut self, compiler: OutOfProcess) {
         self.cache.set_compiler(compiler);
     }
@@ -105,18 +147,27 @@ impl Runtime {
     /// Compile `wasm` (or load it from the cache). Refuses a precompiled
     /// artifact or a core module: only components are plugins.
     pub fn compile(&self, label: &str, wasm: &[u8]) -> Result<Compiled, Error> {
+        self.compile_tiered(label, wasm, true)
+    }
+
+    /// [`Runtime::compile`]; `tiered`: a miss may be compiled by Winch first
+    /// (with a compile child).
+    fn compile_tiered(&self, label: &str, wasm: &[u8], tiered: bool) -> Result<Compiled, Error> {
         let policy = |reason: String| Error::Policy { plugin: label.to_owned(), reason };
         // Read from the binary (no compile): also refuses a precompiled
         // artifact, a core module or a file that is not wasm.
         let interface = Interface::parse(wasm).map_err(policy)?;
         let sha256 = sha256_hex(wasm);
-        let (component, cache) = self.cache.load(&self.engine, &sha256, wasm).map_err(|e| match e {
+        let winch = || self.winch().map(|(e, _)| e.clone()).map_err(|e| e.to_string());
+        let engines = cache::Engines { cranelift: &self.engine, winch: &winch };
+        let loaded = self.cache.load(&engines, &sha256, wasm, tiered);
+        let (component, cache, compiler) = loaded.map_err(|e| match e {
             cache::LoadError::Invalid(e) => policy(format!("it is not a valid component: {e:#}")),
             cache::LoadError::Compiler(why) => {
                 Error::Io { what: format!("compiling {label}"), source: std::io::Error::other(why) }
             }
         })?;
-        Ok(Compiled { component, sha256, interface, cache })
+        Ok(Compiled { component, sha256, interface, cache, compiler })
     }
 
     /// Check a compiled component against the policy and link it.
@@ -126,7 +177,8 @@ impl Runtime {
         if !violations.is_empty() {
             return Err(policy(violations.join("; ")));
         }
-        let instance_pre = self.linker.instantiate_pre(&compiled.component).map_err(|e| {
+        let (engine, linker) = self.engine_of(compiled.compiler)?;
+        let instance_pre = linker.instantiate_pre(&compiled.component).map_err(|e| {
             let version = compiled.interface.wit_version().unwrap_or("an unknown version");
             policy(format!(
                 "it was built against durasync:plugin@{version} and needs something this host \
@@ -136,7 +188,7 @@ impl Runtime {
         })?;
         let pre = bindings::PluginPre::new(instance_pre)
             .map_err(|e| policy(format!("its exports do not match world durasync:plugin/plugin: {e:#}")))?;
-        Ok(Plugin::new(pre, self.engine.clone(), compiled.sha256, compiled.interface))
+        Ok(Plugin::new(pre, engine.clone(), compiled.sha256, compiled.interface, compiled.compiler))
     }
 
     /// The manifest's component, checked before anything is compiled: a
@@ -236,21 +288,53 @@ impl Runtime {
         }
         let Some(component) = self.cache.load_cached(&self.engine, pinned) else { return Ok(None) };
         let interface = Interface::of(&component, &self.engine);
-        let compiled = Compiled { component, sha256: pinned.clone(), interface, cache: CacheStatus::Hit };
+        let compiled = Compiled {
+            component,
+            sha256: pinned.clone(),
+            interface,
+            cache: CacheStatus::Hit,
+            compiler: Compiler::Cranelift,
+        };
         self.link(&manifest.name, compiled).map(Some)
+    }
+
+    /// The same plugin on Cranelift's code, once `plugin` runs Winch's and
+    /// the background compile has stored Cranelift's artifact (see
+    /// `cache.rs`); `None` otherwise (a `stat` of the missing artifact).
+    /// A long-running caller swaps it in between runs.
+    pub fn upgraded(&self, label: &str, plugin: &Plugin) -> Option<Plugin> {
+        if plugin.compiler != Compiler::Winch {
+            return None;
+        }
+        let component = self.cache.load_cached(&self.engine, &plugin.sha256)?;
+        let compiled = Compiled {
+            component,
+            sha256: plugin.sha256.clone(),
+            interface: plugin.interface.clone(),
+            cache: CacheStatus::Hit,
+            compiler: Compiler::Cranelift,
+        };
+        let mut upgraded = self
+            .link(label, compiled)
+            .map_err(|e| tracing::warn!("keeping Winch's code of {label}: {e}"))
+            .ok()?;
+        upgraded.manifest_digest.clone_from(&plugin.manifest_digest);
+        upgraded.signed_by.clone_from(&plugin.signed_by);
+        Some(upgraded)
     }
 
     /// Compile the manifest's component into the cache ahead of time (after
     /// checking its pin and the policy), so a later `run` loads it
     /// precompiled. Returns what the cache did and where the artifact is.
+    /// Always Cranelift's artifact: ahead of time, nobody waits for it.
     pub fn precompile(&self, manifest: &Manifest) -> Result<(CacheStatus, std::path::PathBuf), Error> {
         let fetched = self.read_component(manifest)?;
         // The policy is checked on the import section before compiling: a
         // refused plugin costs no compile and leaves no cache file.
         Self::check_policy(&manifest.name, &fetched.bytes)?;
-        let compiled = self.compile(&manifest.name, &fetched.bytes)?;
+        let compiled = self.compile_tiered(&manifest.name, &fetched.bytes, false)?;
         let status = compiled.cache.clone();
-        let path = self.cache.path(&self.engine, &compiled.sha256);
+        let path = self.cache.path(&self.engine, Compiler::Cranelift, &compiled.sha256);
         self.link(&manifest.name, compiled)?;
         self.remember(&fetched);
         let no_cache = |why: String| Error::Io {
@@ -282,7 +366,7 @@ impl Runtime {
         Ok(interface)
     }
 
-    /// The engine (for tests that need to precompile with it).
+    /// Cranelift's engine (for tests that need to precompile with it).
     pub fn engine(&self) -> &Engine {
         &self.engine
     }

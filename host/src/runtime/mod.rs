@@ -47,6 +47,7 @@ pub mod policy;
 mod request;
 mod state;
 pub mod trust;
+pub mod upgrade;
 mod wasi;
 
 pub use crate::services::limits;

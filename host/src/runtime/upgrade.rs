@@ -1,0 +1,156 @@
+//! Replacing a component's Winch artifact with a Cranelift one, in the
+//! background.
+//!
+//! The first load of a component the cache does not hold runs the artifact
+//! Winch compiled (`cache.rs`) and calls [`start`]: a detached process of
+//! the same binary (the compile child's subcommand with `--upgrade`) reads
+//! the component on stdin and then, with nobody waiting for it:
+//!
+//! 1. takes the cache directory's upgrade lock (`.upgrade.lock`, `flock`):
+//!    one upgrade at a time per cache. A busy lock ends this one; a later
+//!    load of the Winch artifact starts it again;
+//! 2. compiles with Cranelift in a compile child, with that child's deadline
+//!    and lower priority ([`OutOfProcess::compile`]), which stores the
+//!    artifact atomically. Like every compile child it waits for the cache's
+//!    compile lock ([`compiler::COMPILE_LOCK`]): one compile at a time, so
+//!    a node's memory holds one compile's peak, and a first start of
+//!    another component may wait behind this compile;
+//! 3. removes the Winch artifact. A process that loaded it keeps its
+//!    mapping; later loads find the Cranelift artifact.
+//!
+//! A failed compile leaves a note beside the Cranelift artifact's path
+//! (`….cwasm.failed`, holding the reason): the Winch artifact stays in use
+//! and no later load retries. `durasync compile` compiles with Cranelift
+//! whatever the note says.
+//!
+//! `durasync run` exits while the upgrade compiles; the agent reaps the
+//! process from a thread. The process runs in its own process group, so a
+//! signal to the caller's group does not end it.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::cache;
+use super::compiler::{self, Compiler, OutOfProcess};
+use super::errors::Error;
+
+/// The lock file in the cache directory that one upgrade holds.
+const LOCK: &str = ".upgrade.lock";
+
+/// The note a failed upgrade leaves for the Cranelift artifact `artifact`.
+fn note(artifact: &Path) -> PathBuf {
+    let mut name = artifact.as_os_str().to_owned();
+    name.push(".failed");
+    PathBuf::from(name)
+}
+
+/// Why the upgrade to the Cranelift artifact `artifact` failed, when one did.
+pub(crate) fn failed(artifact: &Path) -> Option<String> {
+    std::fs::read_to_string(note(artifact)).ok().map(|s| s.trim().to_owned())
+}
+
+/// Start the upgrade of the Winch artifact `replaces` to a Cranelift one at
+/// `artifact` in a detached process (`child`'s program and arguments with
+/// `--upgrade`). Returns once the process has read the component; a
+/// failure to start it is logged, and the Winch artifact stays in use.
+pub(crate) fn start(child: &OutOfProcess, wasm: &[u8], sha256: &str, artifact: &Path, replaces: &Path) {
+    let spawned = Command::new(&child.program)
+        .args(&child.args)
+        .arg("--upgrade")
+        .arg("--replaces")
+        .arg(replaces)
+        .arg("--compiler")
+        .arg(Compiler::Cranelift.name())
+        .arg("--artifact")
+        .arg(artifact)
+        .arg("--sha256")
+        .arg(sha256)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .env("DURASYNC_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .process_group(0)
+        .spawn();
+    let mut process = match spawned {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(
+                "cache: cannot start the Cranelift compile of {sha256} ({}): {e}",
+                child.program.display()
+            );
+            return;
+        }
+    };
+    // The process reads the whole component before it compiles: this
+    // returns within a pipe copy.
+    let mut stdin = process.stdin.take().expect("piped");
+    if let Err(e) = stdin.write_all(wasm) {
+        tracing::warn!("cache: the Cranelift compile of {sha256} did not take the component: {e}");
+    }
+    drop(stdin);
+    tracing::info!(sha256, pid = process.id(), "cache: compiling with Cranelift in the background");
+    // Reaped when it ends (a one-shot caller exits first; init reaps it).
+    std::thread::spawn(move || process.wait());
+}
+
+/// The upgrade process's side (`--upgrade`): read the component (checked
+/// against `sha256`), then the steps of the module docs, compiling in a
+/// child started as `child` says.
+pub fn serve(child: &OutOfProcess, artifact: &Path, sha256: &str, replaces: &Path) -> Result<(), Error> {
+    let wasm = compiler::read_component(sha256)?;
+    let dir = artifact.parent().unwrap_or(Path::new("."));
+    let io = |what: String| move |e: std::io::Error| Error::Io { what, source: e };
+    // Only a Winch artifact beside the one this stores is ever removed.
+    let winch = replaces.parent() == Some(dir)
+        && replaces.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-winch.cwasm"));
+    if !winch {
+        let why = format!("{} is not a Winch artifact beside {}", replaces.display(), artifact.display());
+        return Err(io("checking --replaces".into())(std::io::Error::other(why)));
+    }
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(dir.join(LOCK))
+        .map_err(io(format!("opening {}", dir.join(LOCK).display())))?;
+    match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        // Another upgrade is under way.
+        Err(rustix::io::Errno::WOULDBLOCK) => return Ok(()),
+        Err(e) => return Err(io(format!("locking {}", dir.join(LOCK).display()))(e.into())),
+    }
+    if failed(artifact).is_some() {
+        // An earlier upgrade failed: Winch's artifact stays.
+        return Ok(());
+    }
+    let engine = compiler::engine(Compiler::Cranelift)?;
+    let done = matches!(cache::try_load(&engine, artifact), Ok(Some(_)));
+    if !done && let Err(why) = child.compile(Compiler::Cranelift, &wasm, sha256, artifact) {
+        let _ = write_note(artifact, &why);
+        return Err(Error::Io {
+            what: format!("compiling {sha256} with Cranelift"),
+            source: std::io::Error::other(why),
+        });
+    }
+    match std::fs::remove_file(replaces) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(io(format!("removing {}", replaces.display()))(e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Write the failure note for `artifact` (temporary file, rename).
+fn write_note(artifact: &Path, why: &str) -> std::io::Result<()> {
+    let path = note(artifact);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    writeln!(f, "{why}")?;
+    std::fs::rename(&tmp, &path)
+}
