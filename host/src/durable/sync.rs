@@ -79,7 +79,7 @@ use super::recover::{remove_committed_leftover, remove_leftovers, remove_leftove
 use super::report::{Outcome, Report};
 use super::resolve::open_beneath;
 use super::sys::{Kind, Sys, join, kind_at, kind_of, open_dir};
-use super::tree::{IMPLIED_DIR_MODE, Node, Tree};
+use super::tree::{Bytes, IMPLIED_DIR_MODE, Node, Tree};
 
 /// Make the directory `name` in `parent` hold exactly `tree`.
 ///
@@ -457,7 +457,7 @@ fn build_staging(
     }
     let mut jobs = Vec::with_capacity(tree.file_count());
     for (path, node) in tree.iter() {
-        if let Node::File { contents, mode } = node {
+        if let Some((contents, mode)) = tree.file(node) {
             let (parent_rel, name) = path.rsplit_once('/').unwrap_or(("", path));
             let carry = carried.and_then(|c| c.files.get(path).map(|ino| (c, *ino)));
             let attrs = attr_plan.get(path);
@@ -465,8 +465,9 @@ fn build_staging(
                 parent_rel,
                 name,
                 path: join(staging, path),
+                rel: path,
                 contents,
-                mode: *mode,
+                mode,
                 carry,
                 attrs,
             });
@@ -575,7 +576,7 @@ fn recheck_staging(
         let shown = join(staging, path);
         match node {
             Node::Dir { .. } => dirs.push(path),
-            Node::File { .. } => {
+            Node::File { .. } | Node::Source { .. } => {
                 let fd = match path.rsplit_once('/') {
                     Some((dir, file)) => {
                         super::sys::open_file(open_beneath(stage, dir)?.as_fd(), file, &shown)?
@@ -600,7 +601,9 @@ struct FileJob<'a> {
     parent_rel: &'a str,
     name: &'a str,
     path: String,
-    contents: &'a [u8],
+    /// Its path in the tree.
+    rel: &'a str,
+    contents: Bytes<'a>,
     mode: u32,
     /// The target to carry it from and the inode compared there.
     carry: Option<(&'a Carried<'a>, u64)>,
@@ -681,7 +684,7 @@ fn link_refused(e: &std::io::Error) -> bool {
 /// (without, the staging tree's one syncfs makes it durable later).
 fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>, fsync: bool) -> Result<()> {
     let fd = sys.create(dir, job.name, &job.path)?;
-    sys.write_all(fd.as_fd(), &job.path, job.contents)?;
+    write_bytes(sys, fd.as_fd(), &job.path, job.rel, job.contents)?;
     // Owner, label and attributes before the mode (see `attrs.rs`) and
     // before the fsync below (or the staging tree's syncfs) makes them durable.
     if let Some(planned) = job.attrs {
@@ -694,6 +697,22 @@ fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>, fsync: bool)
     }
     // Data and mode durable before any directory names this file in the target.
     sys.fsync_file(fd.as_fd(), &job.path)
+}
+
+/// Write a tree's file at `rel`, whose bytes are `bytes`, into `fd`, a
+/// freshly created file shown as `path`: from memory, or copied from the
+/// tree's source (refused when the source file changed, see `source.rs`).
+pub(super) fn write_bytes(
+    sys: &Sys<'_>,
+    fd: BorrowedFd<'_>,
+    path: &str,
+    rel: &str,
+    bytes: Bytes<'_>,
+) -> Result<()> {
+    match bytes {
+        Bytes::Held(data) => sys.write_all(fd, path, data),
+        Bytes::Source(source, size) => source.copy_to(sys, rel, size, fd, path),
+    }
 }
 
 /// Remove a staging directory after a failure before the swap; errors are

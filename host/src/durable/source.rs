@@ -1,0 +1,165 @@
+//! The source directory of a tree read from disk (`durasync sync --from`):
+//! its files' bytes stay there, and are read when a sync compares or
+//! stages them, never held whole.
+//!
+//! [`read_tree`](super::read_tree) records each file's size and mode from
+//! a `statat` during its walk; the [`Tree`](super::Tree) keeps those and
+//! one open fd of the source root. A sync then reads each file beneath that
+//! root when it needs the bytes: the unchanged check compares it with the
+//! target's file chunk by chunk, staging copies it through one buffer per
+//! thread ([`COPY_CHUNK`]). Memory is a constant plus the names, whatever
+//! the files hold.
+//!
+//! # A source that changes during a sync
+//!
+//! A sync reads each source file when it stages it, not at one instant, so
+//! what it commits is, file by file, what each file held when it was
+//! copied. A copy is refused with [`Error::SourceChanged`] (the staging
+//! tree is discarded, nothing changed) when the file:
+//!
+//! - has another size than the walk saw, or is no longer a regular file
+//!   (removed: [`Error::NotFound`]);
+//! - grows or shrinks while it is copied (more or fewer bytes read than
+//!   its size);
+//! - is written while it is copied: its size, `mtime` or `ctime` differs
+//!   between the `fstat` before the first read and the one after the last.
+//!
+//! So no torn file (part old bytes, part new) reaches the committed tree
+//! through a write the kernel records in the file's times. A file rewritten
+//! whole between the walk and its copy, at the same size, is staged with
+//! its new bytes; files and directories added after the walk are not in this
+//! sync, and the next one picks them up.
+
+use std::cell::RefCell;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use super::error::{Error, Result, Step};
+use super::sys::{Kind, Sys, join};
+use super::walk::{Meta, open_stat};
+
+/// The largest read (and write) of a copy: each copying thread holds one
+/// buffer of this size, whatever the files hold.
+pub(crate) const COPY_CHUNK: usize = 1 << 20;
+
+/// The source directory of a tree.
+#[derive(Debug)]
+pub(crate) struct Source {
+    /// The source root, open since the walk.
+    root: OwnedFd,
+    /// The root as shown in messages.
+    path: String,
+}
+
+thread_local! {
+    /// Each thread's copy buffer, kept across files (at most [`COPY_CHUNK`]
+    /// + 1 bytes).
+    static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Source {
+    pub(crate) fn new(root: OwnedFd, path: &str) -> Self {
+        Source { root, path: path.to_owned() }
+    }
+
+    /// The path of `rel` as shown in messages.
+    pub(crate) fn shown(&self, rel: &str) -> String {
+        join(&self.path, rel)
+    }
+
+    /// Open the file at `rel` beneath the root (never through a link):
+    /// refused unless it is still a regular file of `size` bytes, as the
+    /// walk saw it.
+    pub(crate) fn open(&self, rel: &str, size: u64) -> Result<(OwnedFd, Meta)> {
+        let shown = self.shown(rel);
+        let (fd, meta) = open_stat(self.root.as_fd(), rel, &shown)?;
+        if meta.kind != Kind::File {
+            return Err(Error::SourceChanged { path: shown, what: "it is no longer a regular file" });
+        }
+        if meta.size != size {
+            return Err(Error::SourceChanged { path: shown, what: "its size changed since it was listed" });
+        }
+        Ok((fd, meta))
+    }
+
+    /// Copy the file at `rel` (`size` bytes, as walked) into `out`, a
+    /// freshly created file shown as `out_path`, in chunks of at most
+    /// [`COPY_CHUNK`] bytes. Refused with [`Error::SourceChanged`] when the
+    /// file changes size or is written while it is copied (see the module).
+    pub(crate) fn copy_to(
+        &self,
+        sys: &Sys<'_>,
+        rel: &str,
+        size: u64,
+        out: BorrowedFd<'_>,
+        out_path: &str,
+    ) -> Result<()> {
+        let (fd, _) = self.open(rel, size)?;
+        let shown = self.shown(rel);
+        let before = times(&fd, &shown)?;
+        BUF.with_borrow_mut(|buf| {
+            let cap = (size as usize).min(COPY_CHUNK) + 1;
+            if buf.len() < cap {
+                buf.resize(cap, 0);
+            }
+            let mut copied = 0u64;
+            loop {
+                // One byte more than is left: a short read then ends the
+                // file, and a byte past its size shows it grew.
+                let want = ((size - copied) as usize).min(COPY_CHUNK - 1) + 1;
+                let n = match rustix::io::read(&fd, &mut buf[..want]) {
+                    Ok(n) => n,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => return Err(Error::io(Step::Read, &shown, e)),
+                };
+                if copied + n as u64 > size {
+                    return Err(Error::SourceChanged {
+                        path: shown.clone(),
+                        what: "it grew while it was copied",
+                    });
+                }
+                if n == 0 {
+                    if copied < size {
+                        return Err(Error::SourceChanged {
+                            path: shown.clone(),
+                            what: "it shrank while it was copied",
+                        });
+                    }
+                    break;
+                }
+                sys.write_all(out, out_path, &buf[..n])?;
+                copied += n as u64;
+                if copied == size && n < want {
+                    break;
+                }
+            }
+            Ok(())
+        })?;
+        if times(&fd, &shown)? != before {
+            return Err(Error::SourceChanged { path: shown, what: "it was written while it was copied" });
+        }
+        Ok(())
+    }
+
+    /// Whether the file at `rel` (`size` bytes, as walked) holds exactly
+    /// the bytes of the open regular file `target` of that size. A source
+    /// file that cannot be opened, or no longer has that size, is "not the
+    /// same" (staging it then names the problem).
+    pub(crate) fn same_as(&self, rel: &str, size: u64, target: &OwnedFd) -> bool {
+        match self.open(rel, size) {
+            Ok((fd, _)) => super::diff::same_bytes(&fd, target, size),
+            Err(_) => false,
+        }
+    }
+}
+
+/// What tells that a file was written: its size, `mtime` and `ctime`.
+fn times(fd: &OwnedFd, path: &str) -> Result<[i64; 5]> {
+    let st = rustix::fs::fstat(fd).map_err(|e| Error::io(Step::Read, path, e))?;
+    Ok([
+        st.st_size as i64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+    ])
+}
