@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::attrs::Attrs;
 use super::error::{Error, Result, Step};
 use super::parallel;
+use super::source::Bytes;
 use super::sys::{Kind, join};
-use super::tree::{Bytes, Node, RequestLimits, Tree};
+use super::tree::{Node, RequestLimits, Tree};
 use super::walk::{Meta, open_stat, source_listing_max, walk};
 
 /// How an existing directory differs from a requested tree.
@@ -218,6 +219,7 @@ fn skip_rewritten(
 /// rewrites them); and, with `carrying`, the files a sync may carry (see
 /// [`compare_carrying`]) with the inode read. With `full` false, stops at
 /// the first difference found.
+#[allow(clippy::type_complexity)]
 fn changed_contents(
     dir: BorrowedFd<'_>,
     dir_path: &str,
@@ -387,7 +389,7 @@ fn at_least(buf: &mut Vec<u8>, len: usize) {
 /// (whose reads come back short only at its end) one read per side tells
 /// the size too. A read short anywhere else, an error, or a file that is not
 /// regular (opened `O_NONBLOCK`) is "not the same".
-pub(super) fn same_bytes(a: &OwnedFd, b: &OwnedFd, size: u64) -> bool {
+fn same_bytes(a: &OwnedFd, b: &OwnedFd, size: u64) -> bool {
     BUFS.with_borrow_mut(|(x, y)| {
         let len = size.min(SAME_CHUNK) as usize + 1;
         at_least(x, len);
@@ -446,7 +448,9 @@ fn file_match(
     }
     let same = match expected {
         Bytes::Held(expected) => holds_bytes(&fd, path, expected)?,
-        Bytes::Source(source, size) => source.same_as(rel, size, &fd),
+        // A source file that cannot be opened, or no longer has the size
+        // the walk saw, is "not the same": staging it names the problem.
+        Bytes::Source(source, size) => source.open(rel, size).is_ok_and(|src| same_bytes(&src, &fd, size)),
     };
     Ok(same.then_some(meta))
 }

@@ -30,9 +30,9 @@ use super::marker::{mark, unmark};
 use super::names::{Leftover, leftover_name};
 use super::report::{Outcome, Report};
 use super::resolve::open_beneath;
-use super::sync::write_bytes;
+use super::source::Bytes;
 use super::sys::{Kind, Sys, join, kind_at};
-use super::tree::{Bytes, Tree};
+use super::tree::Tree;
 
 /// The one file to replace, with its new bytes and mode.
 pub(super) struct OneFile<'t> {
@@ -92,7 +92,7 @@ pub(super) fn replace_one_file(
     let tmp = leftover_name(Leftover::Tmp);
     let staged = (|| {
         let fd = sys.create(parent, &tmp, &tmp)?;
-        write_bytes(sys, fd.as_fd(), &tmp, one.rel, one.contents)?;
+        one.contents.write_to(sys, fd.as_fd(), &tmp, one.rel)?;
         // Owner, label and attributes before the mode and the fsync.
         attrs::apply(sys, fd.as_fd(), &tmp, &planned)?;
         // fchmod, not the create mode: the umask must not change the bits.

@@ -34,8 +34,8 @@ use std::cell::RefCell;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::error::{Error, Result, Step};
-use super::sys::{Kind, Sys, join};
-use super::walk::{Meta, open_stat};
+use super::resolve::open_file_beneath;
+use super::sys::{Kind, Sys, join, kind_of};
 
 /// The largest read (and write) of a copy: each copying thread holds one
 /// buffer of this size, whatever the files hold.
@@ -48,6 +48,35 @@ pub(crate) struct Source {
     root: OwnedFd,
     /// The root as shown in messages.
     path: String,
+}
+
+/// Where the bytes of one file of a [`Tree`](super::Tree) are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Bytes<'t> {
+    /// In memory.
+    Held(&'t [u8]),
+    /// In the tree's source directory at the file's path, this many.
+    Source(&'t Source, u64),
+}
+
+impl Bytes<'_> {
+    /// How many bytes the file holds.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Bytes::Held(b) => b.len() as u64,
+            Bytes::Source(_, size) => *size,
+        }
+    }
+
+    /// Write these bytes, of the tree's file at `rel`, into `fd`, a freshly
+    /// created file shown as `path`: from memory, or copied from the
+    /// source ([`Source::copy_to`], refused when the source file changed).
+    pub(crate) fn write_to(&self, sys: &Sys<'_>, fd: BorrowedFd<'_>, path: &str, rel: &str) -> Result<()> {
+        match self {
+            Bytes::Held(data) => sys.write_all(fd, path, data),
+            Bytes::Source(source, size) => source.copy_to(sys, rel, *size, fd, path),
+        }
+    }
 }
 
 thread_local! {
@@ -69,16 +98,17 @@ impl Source {
     /// Open the file at `rel` beneath the root (never through a link):
     /// refused unless it is still a regular file of `size` bytes, as the
     /// walk saw it.
-    pub(crate) fn open(&self, rel: &str, size: u64) -> Result<(OwnedFd, Meta)> {
+    pub(crate) fn open(&self, rel: &str, size: u64) -> Result<OwnedFd> {
         let shown = self.shown(rel);
-        let (fd, meta) = open_stat(self.root.as_fd(), rel, &shown)?;
-        if meta.kind != Kind::File {
+        let fd = open_file_beneath(self.root.as_fd(), rel, &shown)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io(Step::Read, &shown, e))?;
+        if kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) != Kind::File {
             return Err(Error::SourceChanged { path: shown, what: "it is no longer a regular file" });
         }
-        if meta.size != size {
+        if st.st_size as u64 != size {
             return Err(Error::SourceChanged { path: shown, what: "its size changed since it was listed" });
         }
-        Ok((fd, meta))
+        Ok(fd)
     }
 
     /// Copy the file at `rel` (`size` bytes, as walked) into `out`, a
@@ -93,7 +123,7 @@ impl Source {
         out: BorrowedFd<'_>,
         out_path: &str,
     ) -> Result<()> {
-        let (fd, _) = self.open(rel, size)?;
+        let fd = self.open(rel, size)?;
         let shown = self.shown(rel);
         let before = times(&fd, &shown)?;
         BUF.with_borrow_mut(|buf| {
@@ -138,17 +168,6 @@ impl Source {
             return Err(Error::SourceChanged { path: shown, what: "it was written while it was copied" });
         }
         Ok(())
-    }
-
-    /// Whether the file at `rel` (`size` bytes, as walked) holds exactly
-    /// the bytes of the open regular file `target` of that size. A source
-    /// file that cannot be opened, or no longer has that size, is "not the
-    /// same" (staging it then names the problem).
-    pub(crate) fn same_as(&self, rel: &str, size: u64, target: &OwnedFd) -> bool {
-        match self.open(rel, size) {
-            Ok((fd, _)) => super::diff::same_bytes(&fd, target, size),
-            Err(_) => false,
-        }
     }
 }
 

@@ -78,8 +78,9 @@ use super::previous::{keep_staging, keeps, remove_retired, retire_previous};
 use super::recover::{remove_committed_leftover, remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
 use super::resolve::open_beneath;
+use super::source::Bytes;
 use super::sys::{Kind, Sys, join, kind_at, kind_of, open_dir};
-use super::tree::{Bytes, IMPLIED_DIR_MODE, Node, Tree};
+use super::tree::{IMPLIED_DIR_MODE, Node, Tree};
 
 /// Make the directory `name` in `parent` hold exactly `tree`.
 ///
@@ -684,7 +685,7 @@ fn link_refused(e: &std::io::Error) -> bool {
 /// (without, the staging tree's one syncfs makes it durable later).
 fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>, fsync: bool) -> Result<()> {
     let fd = sys.create(dir, job.name, &job.path)?;
-    write_bytes(sys, fd.as_fd(), &job.path, job.rel, job.contents)?;
+    job.contents.write_to(sys, fd.as_fd(), &job.path, job.rel)?;
     // Owner, label and attributes before the mode (see `attrs.rs`) and
     // before the fsync below (or the staging tree's syncfs) makes them durable.
     if let Some(planned) = job.attrs {
@@ -697,22 +698,6 @@ fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>, fsync: bool)
     }
     // Data and mode durable before any directory names this file in the target.
     sys.fsync_file(fd.as_fd(), &job.path)
-}
-
-/// Write a tree's file at `rel`, whose bytes are `bytes`, into `fd`, a
-/// freshly created file shown as `path`: from memory, or copied from the
-/// tree's source (refused when the source file changed, see `source.rs`).
-pub(super) fn write_bytes(
-    sys: &Sys<'_>,
-    fd: BorrowedFd<'_>,
-    path: &str,
-    rel: &str,
-    bytes: Bytes<'_>,
-) -> Result<()> {
-    match bytes {
-        Bytes::Held(data) => sys.write_all(fd, path, data),
-        Bytes::Source(source, size) => source.copy_to(sys, rel, size, fd, path),
-    }
 }
 
 /// Remove a staging directory after a failure before the swap; errors are

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::error::{Error, Result};
 use super::names::split_rel_path;
-use super::source::Source;
+use super::source::{Bytes, Source};
 
 /// The mode of directories a tree implies but does not list (`a` for `a/b`).
 pub const IMPLIED_DIR_MODE: u32 = 0o755;
@@ -70,25 +70,6 @@ pub struct Tree {
     limits: RequestLimits,
     /// Where the bytes of [`Node::Source`] files are.
     source: Option<Arc<Source>>,
-}
-
-/// Where the bytes of one file of a [`Tree`] are.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Bytes<'t> {
-    /// In memory.
-    Held(&'t [u8]),
-    /// In the tree's source directory at the file's path, this many.
-    Source(&'t Source, u64),
-}
-
-impl Bytes<'_> {
-    /// How many bytes the file holds.
-    pub(crate) fn len(&self) -> u64 {
-        match self {
-            Bytes::Held(b) => b.len() as u64,
-            Bytes::Source(_, size) => *size,
-        }
-    }
 }
 
 /// Two trees are equal when they hold the same entries, whatever limits
