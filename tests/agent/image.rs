@@ -35,7 +35,7 @@ use super::{certsync_wasm, support};
 /// The non-root user the image runs as by default (build.sh's USER).
 const IMAGE_UID: u32 = 65532;
 
-fn missing_prerequisite() -> Option<String> {
+pub(super) fn missing_prerequisite() -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("podman run with host mounts and a private mount namespace needs root".into());
     }
@@ -48,12 +48,12 @@ fn missing_prerequisite() -> Option<String> {
 }
 
 /// Podman with its own storage, run root and containers.conf, in a tempdir.
-struct Podman {
+pub(super) struct Podman {
     tmp: tempfile::TempDir,
 }
 
 impl Podman {
-    fn new() -> Podman {
+    pub(super) fn new() -> Podman {
         let tmp = tempfile::Builder::new().prefix("durasync-podman-").tempdir().unwrap();
         std::fs::write(
             tmp.path().join("containers.conf"),
@@ -87,15 +87,35 @@ impl Podman {
     }
 
     /// `podman ARGS`, with this podman's storage.
-    fn run(&self, args: &[String]) -> Output {
-        let mut cmd = self.command("podman");
+    pub(super) fn run(&self, args: &[String]) -> Output {
+        self.run_with(self.command("podman"), args)
+    }
+
+    /// [`Podman::run`] with every process it starts (podman, conmon, the
+    /// container: `--cgroups=disabled` keeps them where they start) in the
+    /// cgroup whose `cgroup.procs` file is `procs`.
+    pub(super) fn run_in_cgroup(&self, procs: &Path, args: &[String]) -> Output {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo $$ > \"$0\" && exec \"$@\""]).arg(procs);
+        let inner = self.command("podman");
+        cmd.arg(inner.get_program()).args(inner.get_args());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        self.run_with(cmd, args)
+    }
+
+    fn run_with(&self, mut cmd: Command, args: &[String]) -> Output {
         let p = self.tmp.path();
         cmd.arg("--root").arg(p.join("root")).arg("--runroot").arg(p.join("run")).args(args);
         cmd.output().unwrap()
     }
 }
 
-fn text(out: &Output) -> String {
+pub(super) fn text(out: &Output) -> String {
     strip_ansi(&output_text(out))
 }
 
@@ -103,18 +123,18 @@ fn text(out: &Output) -> String {
 /// line reader of the file's own layout (the file is ours; kubernetes-validate
 /// checks it is valid, tests/agent/contrib.rs).
 #[derive(Debug, Default)]
-struct DaemonSet {
-    image: String,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
+pub(super) struct DaemonSet {
+    pub(super) image: String,
+    pub(super) args: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
     /// (volume name, mountPath, readOnly)
-    mounts: Vec<(String, String, bool)>,
+    pub(super) mounts: Vec<(String, String, bool)>,
     /// volume name → hostPath path, `configMap:NAME` or `emptyDir`.
-    volumes: BTreeMap<String, String>,
+    pub(super) volumes: BTreeMap<String, String>,
     /// The ConfigMap's data: file name → contents.
-    config_map: BTreeMap<String, String>,
+    pub(super) config_map: BTreeMap<String, String>,
     /// The ConfigMap's name.
-    config_map_name: String,
+    pub(super) config_map_name: String,
 }
 
 fn indent(line: &str) -> usize {
@@ -169,7 +189,7 @@ fn items(block: &[(usize, &str)]) -> Vec<BTreeMap<String, String>> {
     out
 }
 
-fn daemonset() -> DaemonSet {
+pub(super) fn daemonset() -> DaemonSet {
     let yaml =
         std::fs::read_to_string(support::workspace_root().join("contrib/kubernetes/daemonset.yaml")).unwrap();
     let lines: Vec<&str> = yaml.lines().collect();
@@ -229,7 +249,11 @@ fn daemonset() -> DaemonSet {
 /// own, or one of `others` that the operator makes with `kubectl create
 /// configmap`), an emptyDir is `node/emptydir/NAME`. Returns podman's `-v`
 /// arguments.
-fn node_volumes(ds: &DaemonSet, node: &Path, others: &BTreeMap<&str, BTreeMap<&str, String>>) -> Vec<String> {
+pub(super) fn node_volumes(
+    ds: &DaemonSet,
+    node: &Path,
+    others: &BTreeMap<&str, BTreeMap<&str, String>>,
+) -> Vec<String> {
     let mut args = Vec::new();
     for (name, mount_path, ro) in &ds.mounts {
         let source = &ds.volumes[name];
@@ -277,7 +301,7 @@ fn files(dir: &Path, rel: &Path, out: &mut BTreeSet<PathBuf>) {
 
 /// `contrib/image/build.sh`, exactly as docs/agent.md runs it, with this test's
 /// binary and podman; the build context is kept in `context`.
-fn build(podman: &Podman, tag: &str, context: &Path) {
+pub(super) fn build(podman: &Podman, tag: &str, context: &Path) {
     let out = podman
         .command("bash")
         .arg(support::workspace_root().join("contrib/image/build.sh"))

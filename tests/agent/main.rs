@@ -12,6 +12,7 @@ mod faults;
 mod hardening;
 mod hooks;
 mod image;
+mod image_memory;
 mod once;
 mod probation;
 mod registry;

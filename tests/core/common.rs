@@ -235,6 +235,7 @@ pub fn key(op: &SysOp<'_>) -> Key {
         SysOp::Link { from, to } => ("link", format!("{} -> {}", normalize(from), normalize(to))),
         SysOp::Unlink { path } => ("unlink", normalize(path)),
         SysOp::Rmdir { path } => ("rmdir", normalize(path)),
+        SysOp::Symlink { path, .. } => ("symlink", normalize(path)),
         SysOp::Chown { path, .. } => ("chown", normalize(path)),
         SysOp::SetXattr { path, name, .. } => ("setxattr", format!("{} {name}", normalize(path))),
     };
@@ -369,4 +370,33 @@ pub fn ok_stdout(out: &Output) -> String {
 
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A mount made by a test, unmounted when dropped.
+pub struct Mounted(PathBuf);
+
+impl Mounted {
+    /// `mount ARGS POINT`; `None` when it fails.
+    pub fn new(args: &[&str], point: &Path) -> Option<Mounted> {
+        let ok =
+            std::process::Command::new("mount").args(args).arg(point).status().is_ok_and(|s| s.success());
+        ok.then(|| Mounted(point.to_owned()))
+    }
+
+    /// `PROGRAM ARGS POINT` (a FUSE file system's own command), unmounted
+    /// with `fusermount -u`; `None` when it fails.
+    pub fn fuse(program: &str, args: &[&str], point: &Path) -> Option<Mounted> {
+        let ok =
+            std::process::Command::new(program).args(args).arg(point).status().is_ok_and(|s| s.success());
+        ok.then(|| Mounted(point.to_owned()))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let unmounted = std::process::Command::new("umount").arg(&self.0).status().is_ok_and(|s| s.success());
+        if !unmounted {
+            let _ = std::process::Command::new("fusermount").arg("-u").arg(&self.0).status();
+        }
+    }
 }

@@ -3,10 +3,10 @@
 //! lower-layer directory, a missing parent and a manifest's roots. Where it
 //! says a sync fails, a real `durasync sync` there fails too.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{Scratch, durasync};
+use crate::common::{Mounted, Scratch, durasync};
 
 const DOCTOR_FAILED: i32 = 15;
 const UNSUPPORTED: i32 = 5;
@@ -24,22 +24,6 @@ fn is_root() -> bool {
 fn stat_fs_type(path: &Path) -> String {
     let out = Command::new("stat").args(["-f", "-c", "%T"]).arg(path).output().expect("stat -f");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// A mount made by the test, unmounted when dropped.
-struct Mounted(PathBuf);
-
-impl Mounted {
-    fn new(args: &[&str], point: &Path) -> Option<Mounted> {
-        let ok = Command::new("mount").args(args).arg(point).status().is_ok_and(|s| s.success());
-        ok.then(|| Mounted(point.to_owned()))
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }
 
 fn json(path: &Path, extra: &[&str]) -> (Output, serde_json::Value) {

@@ -16,6 +16,7 @@ mod flush;
 mod fsync_count;
 mod gate;
 mod incremental;
+mod layout;
 mod leftovers;
 mod modes;
 mod non_utf8;

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use durasync::durable::names::is_leftover;
+use durasync::durable::names::{DATA_LINK, entry_link, is_gen, is_leftover, is_reserved};
 use durasync::durable::{self, Options};
 
 use crate::model::{
@@ -50,6 +50,91 @@ pub struct Expect {
     pub owed: Option<Owed>,
     /// The target's kept previous to check (see [`Prev`]).
     pub previous: Option<Prev>,
+    /// The target is in the symlink layout: `old` and `new` are what a
+    /// reader sees through its links ([`layout_view`]), and after recovery
+    /// it holds no generation but the current one and no dangling link
+    /// (unless marked unsynced, when recovery leaves them).
+    pub linked: bool,
+}
+
+/// What a reader of a directory in the symlink layout sees (see
+/// `durasync::durable::layout`): each entry that is the layout's link
+/// `name -> .durasync-data/name` replaced by `name` in the generation
+/// `.durasync-data` names (absent when that is missing: a dangling link),
+/// other entries as they are, durasync's own (reserved) names left out;
+/// the directory's own mode, owner and attributes.
+pub fn layout_view(node: &Disk) -> Disk {
+    let Disk::Dir { mode, owner, xattrs, entries } = node else { return node.clone() };
+    let generation = match entries.get(DATA_LINK) {
+        Some(Disk::Link { target }) => match entries.get(target.as_str()) {
+            Some(Disk::Dir { entries, .. }) => Some(entries),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut seen = std::collections::BTreeMap::new();
+    for (name, child) in entries {
+        if is_reserved(name) {
+            continue;
+        }
+        match child {
+            Disk::Link { target } if *target == entry_link(name) => {
+                if let Some(found) = generation.and_then(|g| g.get(name)) {
+                    seen.insert(name.clone(), found.clone());
+                }
+            }
+            other => {
+                seen.insert(name.clone(), other.clone());
+            }
+        }
+    }
+    Disk::Dir { mode: *mode, owner: *owner, xattrs: xattrs.clone(), entries: seen }
+}
+
+/// What remains in a recovered directory in the symlink layout that
+/// recovery should have removed: another generation than the current one,
+/// a dangling link of the layout. Nothing is judged while it is marked
+/// unsynced (recovery then leaves them, see `layout.rs`).
+fn layout_leftovers(node: Option<&Disk>) -> Option<String> {
+    let Some(Disk::Dir { entries, .. }) = node else { return None };
+    if entries.keys().any(|n| n.starts_with(".durasync-unsynced-")) {
+        return None;
+    }
+    let current = match entries.get(DATA_LINK) {
+        Some(Disk::Link { target }) => Some(target.as_str()),
+        _ => None,
+    };
+    // A `.durasync-data` naming what is not there would refuse every later change.
+    if let Some(c) = current
+        && !matches!(entries.get(c), Some(Disk::Dir { .. }))
+    {
+        return Some(format!("{DATA_LINK} names {c}, which is not a generation directory beside it"));
+    }
+    let other: Vec<&String> = entries.keys().filter(|n| is_gen(n) && Some(n.as_str()) != current).collect();
+    if current.is_some() && !other.is_empty() {
+        return Some(format!("generations other than the current one remain after recovery: {other:?}"));
+    }
+    let generation = current.and_then(|c| match entries.get(c) {
+        Some(Disk::Dir { entries, .. }) => Some(entries),
+        _ => None,
+    });
+    let dangling: Vec<&String> = entries
+        .iter()
+        .filter(|(n, d)| matches!(d, Disk::Link { target } if *target == entry_link(n)))
+        .filter(|(n, _)| generation.is_some_and(|g| !g.contains_key(*n)))
+        .map(|(n, _)| n)
+        .collect();
+    if !dangling.is_empty() {
+        return Some(format!("dangling links remain after recovery: {dangling:?}"));
+    }
+    None
+}
+
+/// The target as the checks see it in `root`: as it is, or through its
+/// links in the symlink layout.
+pub fn seen(expect: &Expect, root: &Disk) -> Option<Disk> {
+    let target = root.get(&expect.target)?;
+    Some(if expect.linked { layout_view(target) } else { target.clone() })
 }
 
 /// What the valid previous of the target (a keep entry beside it, by the
@@ -242,7 +327,7 @@ impl Explorer {
             let mut violated = false;
             for state in &states {
                 let recovered = self.recover(state);
-                let target = recovered.as_ref().ok().and_then(|r| r.get(&sc.expect.target).cloned());
+                let target = recovered.as_ref().ok().and_then(|r| seen(&sc.expect, r));
                 let is_new = recovered.is_ok() && target == sc.expect.new;
                 if is_new && sc.expect.new != sc.expect.old {
                     out.stats.first_new.get_or_insert(point);
@@ -303,7 +388,7 @@ impl Explorer {
                     reason: format!("a second recovery still changed something: {ops:?}"),
                 });
             }
-            let target = recovered.get(&sc.expect.target).cloned();
+            let target = seen(&sc.expect, &recovered);
             let sub = Scenario {
                 name: format!("{} / recovery of crash point {point}", sc.name),
                 initial: state.clone(),
@@ -315,6 +400,7 @@ impl Explorer {
                     keep: sc.expect.keep.clone(),
                     dirs_from: Vec::new(),
                     owed: None,
+                    linked: sc.expect.linked,
                     // Recovery never changes a valid previous.
                     previous: sc.expect.previous.as_ref().map(|_| {
                         let prev = previous_in(&recovered, &sc.expect.target).ok().flatten();
@@ -373,7 +459,13 @@ fn check(expect: &Expect, point: usize, success: bool, recovered: &Result<Disk, 
     if !leftovers.is_empty() {
         return Some(format!("leftovers remain after recovery: {leftovers:?}"));
     }
-    let target = root.get(&expect.target);
+    if expect.linked
+        && let Some(reason) = layout_leftovers(root.get(&expect.target))
+    {
+        return Some(reason);
+    }
+    let target = seen(expect, root);
+    let target = target.as_ref();
     if success {
         if target != expect.new.as_ref() {
             return Some(format!(

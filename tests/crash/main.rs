@@ -7,6 +7,7 @@
 mod attrs;
 mod explorer;
 mod keep;
+mod layout;
 mod ledger;
 mod model;
 mod mutations;

@@ -515,6 +515,14 @@ pub enum IOp {
         /// For a keep name: the inode (its target's, now) that makes it valid.
         keep_of: Option<Ino>,
     },
+    /// A new symbolic link `ino` named `name` in `dir`, holding `target`
+    /// (immutable: only its entry is ever pending).
+    NewLink {
+        dir: Ino,
+        name: String,
+        ino: Ino,
+        target: String,
+    },
     Write {
         ino: Ino,
         data: Vec<u8>,
@@ -728,6 +736,11 @@ impl Model {
                 }
                 IOp::Entries { dir: df, change: vec![(nf, None), (nt, Some(ino))] }
             }
+            ROp::Symlink { path, target } => {
+                let ino = self.fresh();
+                let (dir, name, _) = self.parent_of(path, rop);
+                IOp::NewLink { dir, name, ino, target: target.clone() }
+            }
             ROp::Unlink { path } | ROp::Rmdir { path } => {
                 let (dir, name, _) = self.parent_of(path, rop);
                 self.must(path, rop);
@@ -749,6 +762,11 @@ impl Model {
                     Inode::new(Kind::File, Meta::new(CREATE_MODE))
                 };
                 self.inodes.insert(*ino, inode);
+                self.next = self.next.max(ino + 1);
+                self.inode(*dir).changes.push(vec![(name.clone(), Some(*ino))]);
+            }
+            IOp::NewLink { dir, name, ino, target } => {
+                self.inodes.insert(*ino, Inode::new(Kind::Link(target.clone()), Meta::new(0o777)));
                 self.next = self.next.max(ino + 1);
                 self.inode(*dir).changes.push(vec![(name.clone(), Some(*ino))]);
             }

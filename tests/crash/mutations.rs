@@ -314,3 +314,46 @@ fn every_chown_and_setxattr_before_the_fsync_of_one_file_under_an_owner_and_labe
         check_attr_mutations(&mut ex, &sc, 3);
     }
 }
+
+/// `sc` with its switch (the last rename over `t/.durasync-data`, or of the
+/// staging directory to `t`) moved right before the fsync of `dir` that
+/// precedes it: it must be caught.
+fn check_switch_moved(ex: &mut Explorer, sc: &Scenario, dir: &str) {
+    let switch = sc
+        .steps
+        .iter()
+        .rposition(|s| matches!(&s.rop, ROp::Rename { to, .. } if to == "t/.durasync-data" || to == "t"))
+        .expect("the switch");
+    let fsync = sc.steps[..switch]
+        .iter()
+        .rposition(|s| matches!(&s.rop, ROp::FsyncDir { path } if crate::trace::short(path) == dir))
+        .unwrap_or_else(|| panic!("no fsync of {dir} before the switch"));
+    let mut steps = sc.steps.clone();
+    let moved = steps.remove(switch);
+    let name = format!("move `{}` before `{}`", moved.what, steps[fsync].what);
+    steps.insert(fsync, moved);
+    check_caught(ex, sc, &name, &steps);
+}
+
+#[test]
+fn every_fsync_and_the_switch_order_of_the_symlink_layout_are_needed() {
+    use durasync::durable::Flush;
+    let mut ex = Explorer::new();
+    // Each fsync dropped (the new lock file's too); the switch moved before
+    // the target's fsync that must precede it (the new generation's name,
+    // the new links).
+    // (With one syncfs the staging is flushed as in any sync: that order is
+    // checked by `the_syncfs_and_its_order_before_the_swap_are_needed`.)
+    let sc = crate::layout::replace(&mut ex, Flush::Fsync);
+    check_mutations(&mut ex, &sc, None);
+    check_switch_moved(&mut ex, &sc, "t");
+    // A new target: its staging directory's fsync before its rename.
+    let sc = crate::layout::create(&mut ex);
+    check_mutations(&mut ex, &sc, None);
+    check_switch_moved(&mut ex, &sc, "<stage>");
+    // A take-over: the first generation's fsyncs, those around
+    // `.durasync-data`, then the change's.
+    let sc = crate::layout::take_over(&mut ex);
+    check_mutations(&mut ex, &sc, None);
+    check_switch_moved(&mut ex, &sc, "t");
+}

@@ -100,6 +100,7 @@ pub fn record(
             dirs_from: Vec::new(),
             owed: None,
             previous: None,
+            linked: false,
         },
         initial: before,
         steps,
@@ -150,6 +151,7 @@ fn rename_paths(op: ROp, renames: &std::collections::HashMap<String, String>) ->
         ROp::Rename { from, to, replace } => ROp::Rename { from: r(from), to: r(to), replace },
         ROp::Unlink { path } => ROp::Unlink { path: r(path) },
         ROp::Rmdir { path } => ROp::Rmdir { path: r(path) },
+        ROp::Symlink { path, target } => ROp::Symlink { path: r(path), target },
     }
 }
 

@@ -639,6 +639,46 @@ fn strace_of_keep_syncs_matches_the_explored_sequences() {
 }
 
 #[test]
+fn strace_of_syncs_in_the_symlink_layout_matches_the_explored_sequences_and_a_repeat_does_nothing() {
+    if !strace_available() {
+        return;
+    }
+    let mut ex = Explorer::new();
+    for take_over in [false, true] {
+        let sc = crate::layout::one_file(&mut ex, take_over);
+        let out = ex.explore(&sc, &sc.steps, Opts { stop_at_first: true, recovery_crashes: 0 });
+        assert!(out.violations.is_empty(), "{}: {}", sc.name, out.violations[0]);
+        let explored: Vec<ROp> = sc.steps.iter().map(|s| s.rop.clone()).collect();
+        let new = sc.expect.new.clone().expect("new");
+        let (work, target, src) = setup(sc.initial.get("t"), &new);
+        let layout = [Path::new("--layout"), Path::new("symlink"), Path::new("--flush"), Path::new("fsync")];
+        let args = [&sync_args(&target, &src)[..], &layout[..]].concat();
+        let parent = target.parent().expect("parent").to_path_buf();
+        let traced = tokens_of_calls(&strace(work.path(), &args), &parent);
+        println!("[strace] {}: {traced:?}", sc.name);
+        assert_eq!(
+            traced,
+            tokens_of_trace(&explored),
+            "{}: the binary's sequence is the explored one",
+            sc.name
+        );
+        let switch = if take_over {
+            "rename(replace) t/<tmp> -> t/.durasync-data"
+        } else {
+            "rename(noreplace) <stage> -> t"
+        };
+        let at = traced.iter().position(|t| t == switch).unwrap_or_else(|| panic!("no switch: {traced:?}"));
+        let commit = if take_over { "fsync t" } else { "fsync ." };
+        assert_eq!(traced[at + 1..], [commit], "{}: the commit fsync, then nothing durable", sc.name);
+        let again = strace(work.path(), &args);
+        assert!(
+            again.is_empty(),
+            "an unchanged sync in the symlink layout issues no fsync and no rename: {again:?}"
+        );
+    }
+}
+
+#[test]
 fn strace_of_a_revert_shows_the_exchange_then_the_parent_fsync_and_no_removal_before_it() {
     if !strace_available() {
         return;

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use durasync::durable::names::{is_leftover, parse_keep};
+use durasync::durable::names::{is_gen, is_leftover, parse_keep};
 use durasync::durable::{Probe, SysOp};
 
 /// One recorded operation, owned, with paths relative to the explored root.
@@ -82,6 +82,11 @@ pub enum ROp {
     Rmdir {
         path: String,
     },
+    /// A new symbolic link holding `target` (the symlink layout).
+    Symlink {
+        path: String,
+        target: String,
+    },
 }
 
 impl ROp {
@@ -120,6 +125,7 @@ impl std::fmt::Display for ROp {
             }
             ROp::Unlink { path } => write!(f, "unlink {}", s(path)),
             ROp::Rmdir { path } => write!(f, "rmdir {}", s(path)),
+            ROp::Symlink { path, target } => write!(f, "symlink {} -> {}", s(path), s(target)),
         }
     }
 }
@@ -132,6 +138,9 @@ pub fn short(path: &str) -> String {
             if is_leftover(c) {
                 let kind = c.trim_start_matches(".durasync-").split('-').next().unwrap_or("leftover");
                 format!("<{kind}>")
+            } else if is_gen(c) {
+                // A generation's name is random, as a leftover's.
+                "<gen>".to_owned()
             } else if parse_keep(c).is_some() {
                 // A keep entry's name states an inode number, different each run.
                 "<keep>".to_owned()
@@ -249,6 +258,7 @@ impl Probe for Recorder {
             SysOp::Rename { from, to, replace } => ROp::Rename { from: p(from), to: p(to), replace },
             SysOp::Unlink { path } => ROp::Unlink { path: p(path) },
             SysOp::Rmdir { path } => ROp::Rmdir { path: p(path) },
+            SysOp::Symlink { path, target } => ROp::Symlink { path: p(path), target: target.to_owned() },
         };
         self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(rop);
     }

@@ -1,7 +1,8 @@
 //! certsync end to end through `durasync run`: the matrix, once for
 //! configmaps and once for secrets, plus the bundled example.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
 
 use super::{Fixture, base64, files, run_manifest, support, wasm};
 
@@ -317,4 +318,35 @@ fn a_plugins_files_get_the_roots_owner_group_and_label() {
         assert_eq!(&buf[..n], label.as_bytes(), "{rel}: the label of the root it was created under");
     }
     assert_eq!(f.files("certs")["secrets/a/tls.key"], (0o600, b"KEY".to_vec()), "the plugin's mode stays");
+}
+
+/// A root in the symlink layout: every directory the plugin syncs keeps a
+/// link per name into its current generation; a reader follows them to the
+/// plugin's files, a repeat changes nothing, a change switches generations.
+#[test]
+fn a_plugins_syncs_into_a_root_in_the_symlink_layout_are_seen_through_its_links() {
+    let k = Kind::Secret;
+    let f = fixture(&k.config(&["a"], &[]));
+    let manifest = std::fs::read_to_string(f.manifest()).unwrap();
+    let manifest = manifest.replace(
+        "[roots.certs]\npath = \"certs\"\naccess = \"rw\"\n",
+        "[roots.certs]\npath = \"certs\"\naccess = \"rw\"\nlayout = \"symlink\"\n",
+    );
+    assert!(manifest.contains("layout = \"symlink\""), "{manifest}");
+    std::fs::write(f.manifest(), manifest).unwrap();
+    let a = f.root("certs").join("secrets/a");
+    f.run(&list(&[k.object("a", &[("tls.crt", "CRT"), ("tls.key", "KEY")])])).ok();
+    assert_eq!(std::fs::read_link(a.join("tls.crt")).unwrap(), Path::new(".durasync-data/tls.crt"));
+    assert_eq!(std::fs::read(a.join("tls.crt")).unwrap(), b"CRT");
+    let key = std::fs::metadata(a.join("tls.key")).unwrap();
+    assert_eq!(key.permissions().mode() & 0o7777, 0o600, "the plugin's mode, through the link");
+    let again = f.run(&list(&[k.object("a", &[("tls.crt", "CRT"), ("tls.key", "KEY")])]));
+    assert!(again.ops().iter().all(|o| o.2 == "unchanged"), "{:?}", again.ops());
+    f.run(&list(&[k.object("a", &[("tls.crt", "CRT2"), ("tls.key", "KEY")])])).ok();
+    assert_eq!(std::fs::read(a.join("tls.crt")).unwrap(), b"CRT2");
+    let generations = std::fs::read_dir(&a)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(".durasync-gen."))
+        .count();
+    assert_eq!(generations, 1, "the old generation is removed after the switch");
 }

@@ -280,9 +280,9 @@ test("a root the host refuses is the run's error", () => {
 /// The npm kit: `npm pack` of `guest-sdk/js`, installed from the tarball
 /// with `npm install --offline` into a new project; the unit tests run with
 /// the package's loader (`node --import durasync-guest/register`), the
-/// build copies the package's helper beside `app.js` and reads the
-/// package's WIT (componentize-js is the tests' own install of the pinned
-/// release).
+/// build copies the package's helper beside `app.js`, reads the package's
+/// WIT and runs the package's `durasync-componentize-js` (over the tests'
+/// own install of the pinned componentize-js).
 #[test]
 fn the_npm_kit_from_its_tarball_builds_tests_and_runs_a_plugin_outside_the_checkout() {
     let tmp = outside("durasync-kit-js-");
@@ -326,12 +326,16 @@ fn the_npm_kit_from_its_tarball_builds_tests_and_runs_a_plugin_outside_the_check
     std::fs::create_dir_all(&build).unwrap();
     std::fs::copy(plugin.join("app.js"), build.join("app.js")).unwrap();
     std::fs::copy(plugin.join("node_modules/durasync-guest/durasync.js"), build.join("durasync.js")).unwrap();
+    let componentize = support::toolchains::componentize_js();
+    let package =
+        componentize.parent().and_then(Path::parent).unwrap().join("@bytecodealliance/componentize-js");
     ok(
-        Command::new(support::toolchains::componentize_js())
+        Command::new(plugin.join("node_modules/.bin/durasync-componentize-js"))
             .current_dir(&plugin)
+            .env("DURASYNC_COMPONENTIZE_JS", package)
             .args(["--wit", "node_modules/durasync-guest/wit", "-n", "plugin", "-d", "http", "fetch-event"])
             .args(["-o", "note.wasm", "build/app.js"]),
-        "componentize-js with the installed helper and WIT",
+        "the kit's durasync-componentize-js with the installed helper and WIT",
     );
     golden_case_and_run(&plugin, &plugin.join("note.wasm"));
 }

@@ -3,7 +3,9 @@
 //! registries' toolchains (installed by the test itself, see
 //! `tests/support/src/toolchains.rs`) and run end to end through the real
 //! `durasync run`: for the same inputs they give the Rust example's
-//! results, files and errors, byte for byte.
+//! results, files and errors, byte for byte. A JavaScript plugin making
+//! 40 000 host calls in one run stays within the default fuel budget
+//! (`tests/stress/js`).
 
 use std::path::Path;
 
@@ -164,4 +166,46 @@ fn the_python_and_javascript_examples_describe_themselves() {
         );
         assert!(imports.iter().any(|i| i.as_str().unwrap().starts_with("wasi:random/random@0.2.")), "{v}");
     }
+}
+
+/// The stress plugin of `tests/stress/js`, built like the example.
+const STRESS_JS: Source = Source {
+    name: "js-stress",
+    lang: Lang::JavaScript,
+    dir: "tests/stress/js",
+    flags: &["-d", "http", "fetch-event"],
+};
+
+/// A host call from JavaScript costs the same however many came before it
+/// in the run, so 40 000 of them (reads of a 4 KiB file, a listing every
+/// 100th) fit the default fuel budget, `limits.fuel` unset. The deadline is
+/// raised: this counts fuel, not time.
+#[test]
+fn a_javascript_plugin_makes_40000_host_calls_within_the_default_fuel_budget() {
+    const CALLS: u32 = 40_000;
+    let wasm = ready(&STRESS_JS).wasm;
+    let tmp = tempfile::Builder::new().prefix("durasync-js-stress-").tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(data.join("names")).unwrap();
+    let blob: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(data.join("blob"), blob).unwrap();
+    for i in 0..64 {
+        std::fs::write(data.join(format!("names/n{i:02}")), b"").unwrap();
+    }
+    let manifest = tmp.path().join("plugin.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"js-stress\"\nwasm = \"{}\"\nsha256 = \"{}\"\n[roots.data]\npath = \"data\"\naccess = \"ro\"\n\
+             [limits]\ntimeout_ms = 600_000\n",
+            wasm.display(),
+            sha256_of_file(&wasm)
+        ),
+    )
+    .unwrap();
+    let done = run_manifest(&manifest, CALLS.to_string().as_bytes(), &[]);
+    assert_eq!(
+        done.ok(),
+        format!("{CALLS} calls: {} bytes read, {} names listed", CALLS * 4096, CALLS / 100 * 64)
+    );
 }

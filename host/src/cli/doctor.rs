@@ -30,12 +30,17 @@ pub struct DoctorArgs {
     /// Print one JSON document instead of lines.
     #[arg(long)]
     pub json: bool,
+    /// Examine the targets given as PATH for a sync in this layout
+    /// (`symlink`: links into generations, for file systems where the
+    /// exchange fails); a manifest's roots are examined in their own.
+    #[arg(long, value_name = "exchange|symlink", default_value_t = durasync::durable::Layout::Exchange)]
+    pub layout: durasync::durable::Layout,
 }
 
 /// What is examined: a target, or a plugin's root (named by its manifest).
 enum Subject {
     Target(PathBuf),
-    Root { manifest: PathBuf, name: String, path: PathBuf },
+    Root { manifest: PathBuf, name: String, path: PathBuf, layout: durasync::durable::Layout },
 }
 
 pub fn doctor(args: &DoctorArgs) -> Result<()> {
@@ -69,8 +74,8 @@ pub fn doctor(args: &DoctorArgs) -> Result<()> {
         .into_iter()
         .map(|s| {
             let e = match &s {
-                Subject::Target(p) => doctor::examine(p),
-                Subject::Root { path, .. } => doctor::examine_root(path),
+                Subject::Target(p) => doctor::examine_with(p, args.layout),
+                Subject::Root { path, layout, .. } => doctor::examine_root(path, *layout),
             };
             (s, e)
         })
@@ -106,6 +111,7 @@ fn roots_of(file: &Path, manifest: &Manifest) -> Vec<Subject> {
             manifest: file.to_owned(),
             name: name.clone(),
             path: r.path.clone(),
+            layout: r.layout,
         })
         .collect()
 }

@@ -36,6 +36,13 @@ pub struct SyncArgs {
     /// data; `syncfs` is refused (exit 5) where it cannot be trusted.
     #[arg(long, value_name = "auto|fsync|syncfs", default_value_t = durable::Flush::Auto)]
     pub flush: durable::Flush,
+    /// How TARGET is replaced: `exchange` swaps it with the staged tree
+    /// (`RENAME_EXCHANGE`); `symlink` keeps TARGET and renames a link inside
+    /// it to a new generation, for file systems where the exchange fails
+    /// (overlayfs for a directory of a lower layer, NFS, FUSE). A target
+    /// already in the symlink layout stays in it.
+    #[arg(long, value_name = "exchange|symlink", default_value_t = durable::Layout::Exchange)]
+    pub layout: durable::Layout,
     /// Print the result as a JSON object.
     #[arg(long)]
     pub json: bool,
@@ -193,6 +200,7 @@ pub fn sync(args: &SyncArgs) -> Result<()> {
         gate: gate.as_ref().map(|g| g as &dyn durable::Gate),
         keep_previous: args.keep_previous,
         attrs: &attrs,
+        layout: args.layout,
         ..Options::default()
     };
     let (src_parent, src_name) = split_target(from)?;

@@ -20,6 +20,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use super::Options;
 use super::flush::{self, Flush};
 use super::fsinfo::{self, FsKind};
+use super::layout::Layout;
 use super::lock::lock;
 use super::names::{Leftover, leftover_name};
 use super::sys::{READ_FLAGS, Sys};
@@ -113,6 +114,12 @@ impl Examination {
 /// directory): a directory `sync` replaces or a file `write` replaces,
 /// from its parent. Never fails: what cannot be checked is a finding.
 pub fn examine(path: &Path) -> Examination {
+    examine_with(path, Layout::Exchange)
+}
+
+/// [`examine`] for a sync in `layout` (a target already in the symlink
+/// layout is examined in it whatever `layout` says: it stays in it).
+pub fn examine_with(path: &Path, layout: Layout) -> Examination {
     let (parent, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
         (Some(p), Some(n)) => (if p.as_os_str().is_empty() { Path::new(".") } else { p }, n),
         _ => {
@@ -121,18 +128,19 @@ pub fn examine(path: &Path) -> Examination {
             return Examination { path: path.to_owned(), kind: TargetKind::Other, checks };
         }
     };
-    examine_in(path, parent, Some(name))
+    examine_in(path, parent, Some(name), layout)
 }
 
 /// Examine a plugin's root `root`: the directory its targets are synced
-/// into (a target is an entry below it, never the root itself).
-pub fn examine_root(root: &Path) -> Examination {
-    examine_in(root, root, None)
+/// into (a target is an entry below it, never the root itself), whose
+/// syncs use `layout` (the manifest's `[roots.NAME] layout`).
+pub fn examine_root(root: &Path, layout: Layout) -> Examination {
+    examine_in(root, root, None, layout)
 }
 
 /// The checks for `name` in `parent` (a target), or for `parent` itself as
 /// the place targets are synced into (`name` = `None`).
-fn examine_in(shown: &Path, parent: &Path, name: Option<&str>) -> Examination {
+fn examine_in(shown: &Path, parent: &Path, name: Option<&str>, layout: Layout) -> Examination {
     let mut checks = Vec::new();
     let parent_fd =
         match rustix::fs::open(parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
@@ -164,16 +172,26 @@ fn examine_in(shown: &Path, parent: &Path, name: Option<&str>) -> Examination {
         Some(st) => checks.push(("target", target_finding(kind, st.as_ref()))),
         None => checks.push(("root", root_finding(dir))),
     }
+    let linked = layout == Layout::Symlink
+        || name.is_some_and(|n| kind == TargetKind::Dir && super::linked::is_linked(dir, n).unwrap_or(false));
+    if linked {
+        checks.push(("layout", layout_finding(dir, name, kind)));
+    }
     let fs = FsKind::of(dir);
     let mount = Mount::of(dir);
     checks.push(("file system", fs_finding(fs, mount.as_ref())));
     if name.is_some() {
-        checks.push(("mount point", mount_point_finding(shown, kind, mount.as_ref())));
+        let finding = mount_point_finding(shown, kind, mount.as_ref());
+        checks.push(("mount point", if linked { never_moved(finding) } else { finding }));
     }
     if let Some(finding) = overlay_finding(shown, kind, name.is_none(), mount.as_ref()) {
-        checks.push(("overlayfs", finding));
+        checks.push(("overlayfs", if linked { never_moved(finding) } else { finding }));
     }
-    checks.push(("renameat2", probe_renames(dir, &parent.display().to_string())));
+    if linked {
+        checks.push(("links and rename", probe_links(dir, &parent.display().to_string())));
+    } else {
+        checks.push(("renameat2", probe_renames(dir, &parent.display().to_string())));
+    }
     checks.push(("write permission", writable_finding(dir, parent)));
     let (files, bytes) = match name {
         Some(n) => size_of(dir, n, kind),
@@ -188,6 +206,89 @@ fn examine_in(shown: &Path, parent: &Path, name: Option<&str>) -> Examination {
     }
     checks.push(("SELinux", selinux_finding(dir, inode, kind)));
     Examination { path: shown.to_owned(), kind, checks }
+}
+
+/// A finding about moving the target (a mount point, a lower-layer
+/// directory), for a sync in the symlink layout, which never moves it.
+fn never_moved(finding: Finding) -> Finding {
+    match finding {
+        Finding::Fail(why) | Finding::Warn(why) => {
+            Finding::Ok(format!("the symlink layout never moves the target, so this is no obstacle: {why}"))
+        }
+        ok => ok,
+    }
+}
+
+/// In the symlink layout: a target already in it, or one it can take over
+/// (regular files only: `layout.rs`, "Taking over a directory").
+fn layout_finding(dir: BorrowedFd<'_>, name: Option<&str>, kind: TargetKind) -> Finding {
+    let Some(name) = name else {
+        return Finding::Ok(
+            "the symlink layout: each target below the root keeps links into generations".into(),
+        );
+    };
+    match kind {
+        TargetKind::Missing => {
+            return Finding::Ok("the symlink layout: a sync creates the target in it".into());
+        }
+        TargetKind::Dir => {}
+        _ => return Finding::Fail("the symlink layout needs a directory".into()),
+    }
+    if super::linked::is_linked(dir, name).unwrap_or(false) {
+        return Finding::Ok("in the symlink layout".into());
+    }
+    let Ok(target) = super::sys::open_dir(dir, name, name) else {
+        return Finding::Warn("the target cannot be opened to see whether it can be taken over".into());
+    };
+    let names = super::walk::list_own_names(target.as_fd(), name).unwrap_or_default();
+    let blocking: Vec<String> = names
+        .into_iter()
+        .filter(|n| !super::names::is_reserved(n))
+        .filter(|n| {
+            super::sys::kind_at(target.as_fd(), n, n).map_or(true, |(k, _)| k != super::sys::Kind::File)
+        })
+        .collect();
+    if blocking.is_empty() {
+        Finding::Ok("not in the symlink layout yet: its files are taken over at the first sync".into())
+    } else {
+        Finding::Fail(format!(
+            "not in the symlink layout, and it cannot be taken over: {} is not a regular file (a directory cannot be replaced by a link atomically)",
+            blocking.join(", ")
+        ))
+    }
+}
+
+/// What the symlink layout needs of the file system: a symbolic link and a
+/// plain rename over another one, tried in a staging directory beside the
+/// target (removed again).
+fn probe_links(dir: BorrowedFd<'_>, dir_path: &str) -> Finding {
+    let sys = Sys::new(&super::NoProbe);
+    let Ok(_lock) = lock(&sys, dir, dir_path) else {
+        return Finding::Fail("the parent's lock file cannot be created there (no write permission?)".into());
+    };
+    let stage = leftover_name(Leftover::Stage);
+    let Ok(stage_fd) = sys.mkdir(dir, &stage, &stage, 0o700) else {
+        return Finding::Fail("no directory can be created beside the target".into());
+    };
+    let s = stage_fd.as_fd();
+    let result = (|| -> Result<(), String> {
+        sys.symlink(s, "a", "a", "x").map_err(|e| format!("symbolic links refused ({})", errno_of(&e)))?;
+        sys.symlink(s, "b", "b", "y").map_err(|e| format!("symbolic links refused ({})", errno_of(&e)))?;
+        sys.rename(s, "b", "b", "a", "a", true)
+            .map_err(|e| format!("a rename over a link refused ({})", errno_of(&e)))?;
+        Ok(())
+    })();
+    for name in ["a", "b"] {
+        let _ = sys.unlink(s, name, name);
+    }
+    drop(stage_fd);
+    let _ = sys.rmdir(dir, &stage, &stage);
+    match result {
+        Ok(()) => Finding::Ok(
+            "symbolic links and a plain rename over one work here (all the symlink layout needs)".into(),
+        ),
+        Err(e) => Finding::Fail(format!("{e}: the symlink layout cannot work here")),
+    }
 }
 
 fn root_finding(dir: BorrowedFd<'_>) -> Finding {
@@ -240,7 +341,7 @@ fn mount_point_finding(path: &Path, kind: TargetKind, mount: Option<&Mount>) -> 
         && canonical.as_deref().is_some_and(|c| m.all_points.iter().any(|p| p == c));
     if is_mount {
         Finding::Fail(
-            "the target is a mount point: a swap onto it fails with EBUSY; mount its parent instead (a hostPath of the directory that holds it)".into(),
+            "the target is a mount point: a swap onto it fails with EBUSY; mount its parent instead (a hostPath of the directory that holds it), or use the symlink layout (layout = \"symlink\"), which never moves the target".into(),
         )
     } else {
         Finding::Ok("not a mount point".into())
@@ -260,10 +361,12 @@ fn overlay_finding(path: &Path, kind: TargetKind, root: bool, mount: Option<&Mou
     Some(match in_lower {
         Some(layer) if root => Finding::Warn(format!(
             "the root comes from the lower layer {layer}: a target below it that also does cannot be swapped \
-             (overlayfs refuses to move a lower-layer directory: EXDEV); new targets can"
+             (overlayfs refuses to move a lower-layer directory: EXDEV) unless the root uses the symlink layout; \
+             new targets can"
         )),
         Some(layer) if !redirect => Finding::Fail(format!(
-            "the target is a directory of the lower layer {layer}: overlayfs refuses to move it (EXDEV), so a sync fails; write it from an upper-layer directory or a volume"
+            "the target is a directory of the lower layer {layer}: overlayfs refuses to move it (EXDEV), so a sync fails; \
+             the symlink layout (layout = \"symlink\") takes it over, or write it from an upper-layer directory or a volume"
         )),
         Some(layer) => Finding::Warn(format!(
             "the target is a directory of the lower layer {layer}; redirect_dir lets overlayfs move it"

@@ -41,6 +41,8 @@ pub enum Step {
     Exchange,
     /// A rename that moves an entry (`RENAME_NOREPLACE` or a plain rename).
     Rename,
+    /// Creating a symbolic link (the symlink layout).
+    Symlink,
     /// Flushing the parent directory: the commit point.
     FsyncParent,
     /// `syncfs` of the file system holding a staging tree (`--flush syncfs`).
@@ -68,6 +70,7 @@ impl fmt::Display for Step {
             Step::Rename => "rename",
             Step::FsyncParent => "fsync parent directory",
             Step::Syncfs => "syncfs of the file system holding",
+            Step::Symlink => "symlink",
             Step::Remove => "remove",
         })
     }
@@ -175,7 +178,10 @@ pub enum Error {
         actual: u64,
     },
     /// The file system cannot do the operation atomically. Nothing was changed.
-    #[error("{path}: the file system ({fs}) does not support atomic {op} ({source}); nothing was changed")]
+    #[error(
+        "{path}: the file system ({fs}) does not support atomic {op} ({source}); nothing was changed \
+         (the symlink layout works there: layout = \"symlink\" on the root, or --layout symlink)"
+    )]
     Unsupported {
         /// The directory where it was tried.
         path: String,
@@ -185,6 +191,16 @@ pub enum Error {
         op: &'static str,
         /// The error the kernel returned.
         source: io::Error,
+    },
+    /// A directory in the symlink layout (`layout.rs`) is not as the layout
+    /// leaves it, or the operation cannot be done in that layout. Nothing
+    /// was changed.
+    #[error("{path}: the symlink layout: {reason}; nothing was changed")]
+    Layout {
+        /// The directory (or its entry) at fault.
+        path: String,
+        /// What is wrong.
+        reason: String,
     },
     /// A flush strategy was asked for that cannot be trusted here
     /// (`--flush syncfs` on a file system or kernel where `syncfs` may not

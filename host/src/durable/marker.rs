@@ -20,7 +20,7 @@
 use std::os::fd::BorrowedFd;
 
 use super::error::{Error, Result};
-use super::sys::{Kind, Sys, kind_at};
+use super::sys::{Kind, Sys, join, kind_at};
 use super::walk::list_own_names;
 
 /// Prefix of marker names; `.durasync-` makes them reserved, and the label
@@ -52,8 +52,13 @@ pub(crate) fn any_marked(dir: BorrowedFd<'_>) -> Result<bool> {
 
 /// Mark `name` in `dir` unsynced. Returns whether the marker is new.
 pub(crate) fn mark(sys: &Sys<'_>, dir: BorrowedFd<'_>, name: &str) -> Result<bool> {
+    mark_in(sys, dir, ".", name)
+}
+
+/// [`mark`] in `dir`, shown as `dir_path` (relative to the operation's anchor).
+pub(crate) fn mark_in(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str, name: &str) -> Result<bool> {
     let marker = marker_name(name);
-    match sys.create(dir, &marker, &marker) {
+    match sys.create(dir, &marker, &join(dir_path, &marker)) {
         Ok(_) => Ok(true),
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
@@ -62,8 +67,13 @@ pub(crate) fn mark(sys: &Sys<'_>, dir: BorrowedFd<'_>, name: &str) -> Result<boo
 
 /// Remove the marker of `name` in `dir`.
 pub(crate) fn unmark(sys: &Sys<'_>, dir: BorrowedFd<'_>, name: &str) -> Result<()> {
+    unmark_in(sys, dir, ".", name)
+}
+
+/// [`unmark`] in `dir`, shown as `dir_path`.
+pub(crate) fn unmark_in(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &str, name: &str) -> Result<()> {
     let marker = marker_name(name);
-    sys.unlink(dir, &marker, &marker)
+    sys.unlink(dir, &marker, &join(dir_path, &marker))
 }
 
 #[cfg(test)]

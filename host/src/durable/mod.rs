@@ -7,6 +7,9 @@
 //! - [`sync`](mod@sync): directory sync.
 //! - [`write`](mod@write): single-file replace.
 //! - [`remove`](mod@remove): durable removal of a file or a tree.
+//! - [`layout`]: the symlink layout, where a directory's contents change by
+//!   renaming a link (file systems without `RENAME_EXCHANGE`); `linked`:
+//!   reading a directory in it (its current generation, its links).
 //! - [`recover`](mod@recover): removing what a crash or a failed cleanup left behind.
 //! - [`previous`]: keeping the previous contents of a target, reverting to them.
 //! - [`primitives`]: the raw exchange and fsync.
@@ -56,7 +59,9 @@
 //!
 //! - Linux only: it needs `renameat2(RENAME_EXCHANGE)` (ext4, xfs, btrfs,
 //!   tmpfs, …). Elsewhere a sync fails with [`Error::Unsupported`] and
-//!   changes nothing; there is no silent non-atomic fallback.
+//!   changes nothing; there is no silent non-atomic fallback. The opt-in
+//!   symlink layout ([`Layout::Symlink`], `layout.rs`) needs only a plain
+//!   rename and symbolic links.
 //! - A reader holding an fd to the old directory keeps seeing the old tree.
 //! - Concurrent durasync processes serialise on a lock file
 //!   ([`names::LOCK_NAME`]) in the directory that holds the target; other
@@ -80,6 +85,8 @@ pub mod error;
 pub mod flush;
 pub mod fsinfo;
 pub mod gate;
+pub mod layout;
+mod linked;
 mod lock;
 mod marker;
 pub mod names;
@@ -108,6 +115,7 @@ pub use error::{Error, Result, Step};
 pub use flush::Flush;
 pub use fsinfo::FsKind;
 pub use gate::{Gate, Refusal, Staged, StagedKind};
+pub use layout::Layout;
 pub use parents::create_dirs_beneath;
 pub use previous::{PreviousInfo, PreviousKind, discard_previous, previous_of, revert};
 pub use primitives::{exchange, fsync};
@@ -151,6 +159,9 @@ pub struct Options<'a> {
     /// owner, group, label, carried attributes ([`attrs`]). By default the
     /// label of what it replaces, nothing else.
     pub attrs: &'a Attrs,
+    /// How a sync replaces a target directory ([`Layout::Exchange`] by
+    /// default; a target already in the symlink layout stays in it).
+    pub layout: Layout,
 }
 
 /// The default [`Options::attrs`].
@@ -167,6 +178,7 @@ impl Default for Options<'static> {
             gate: None,
             keep_previous: false,
             attrs: &DEFAULT_ATTRS,
+            layout: Layout::Exchange,
         }
     }
 }
@@ -181,6 +193,7 @@ impl std::fmt::Debug for Options<'_> {
             .field("gate", &self.gate.is_some())
             .field("keep_previous", &self.keep_previous)
             .field("attrs", self.attrs)
+            .field("layout", &self.layout)
             .finish()
     }
 }

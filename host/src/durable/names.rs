@@ -104,6 +104,34 @@ pub fn is_leftover(name: &str) -> bool {
         && suffix.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The link of a directory in the symlink layout (`layout.rs`) that names
+/// its current generation: `.durasync-data` → `.durasync-gen.<16 hex>`.
+pub const DATA_LINK: &str = ".durasync-data";
+
+/// Prefix of a generation directory of the symlink layout.
+const GEN_PREFIX: &str = ".durasync-gen.";
+
+/// A fresh, unpredictable generation name, e.g. `.durasync-gen.9f86d081884c7d65`.
+pub fn gen_name() -> String {
+    let stage = leftover_name(Leftover::Stage);
+    let suffix = &stage[stage.len() - SUFFIX_HEX..];
+    format!("{GEN_PREFIX}{suffix}")
+}
+
+/// Whether `name` is a generation directory's name: exactly
+/// `.durasync-gen.<16 lowercase hex digits>`.
+pub fn is_gen(name: &str) -> bool {
+    name.strip_prefix(GEN_PREFIX).is_some_and(|suffix| {
+        suffix.len() == SUFFIX_HEX && suffix.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// What the link of the top-level entry `name` of a directory in the symlink
+/// layout holds: `.durasync-data/<name>`.
+pub fn entry_link(name: &str) -> String {
+    format!("{DATA_LINK}/{name}")
+}
+
 /// Prefix of a kept previous tree (or of the staging directory that will
 /// become one): `.durasync-keep.<O>.<target>` or `.durasync-keep.<O>#<hash>`.
 const KEEP_PREFIX: &str = ".durasync-keep.";
@@ -306,5 +334,19 @@ mod tests {
             assert_eq!(parse_keep(not), None, "{not}");
         }
         assert!(is_reserved(&hashed) && !is_leftover(&hashed));
+    }
+
+    #[test]
+    fn generation_names_are_reserved_never_leftovers_and_parse_back() {
+        let g = gen_name();
+        assert!(is_gen(&g) && is_reserved(&g) && !is_leftover(&g), "{g}");
+        assert_ne!(g, gen_name());
+        assert!(is_reserved(DATA_LINK) && !is_leftover(DATA_LINK) && !is_gen(DATA_LINK));
+        for not in
+            [".durasync-gen.", ".durasync-gen.0123456789ABCDEF", ".durasync-gen.0123456789abcdef0", "x"]
+        {
+            assert!(!is_gen(not), "{not}");
+        }
+        assert_eq!(entry_link("tls.crt"), ".durasync-data/tls.crt");
     }
 }

@@ -103,6 +103,14 @@ pub enum SysOp<'a> {
         /// Whether an existing `to` is atomically replaced.
         replace: bool,
     },
+    /// `symlinkat(target, path)`: a new symbolic link (the symlink layout's
+    /// links, see `layout.rs`).
+    Symlink {
+        /// The new link.
+        path: &'a str,
+        /// What it points to (relative, within the same directory).
+        target: &'a str,
+    },
     /// `unlinkat(path)` of a non-directory.
     Unlink {
         /// The entry removed.

@@ -60,7 +60,16 @@ pub fn read_file(
     match kind_at(parent.as_fd(), name, rel)?.0 {
         Kind::Missing => Ok(None),
         Kind::File => read_file_at(parent.as_fd(), name, rel, limits.max_bytes, cancel).map(Some),
-        Kind::Symlink => Err(Error::Symlink { path: rel.to_owned() }),
+        // The symlink layout's link of a top-level name: the file in the
+        // current generation (`layout.rs`); any other link is refused.
+        Kind::Symlink => match super::linked::hop(parent.as_fd(), name, rel)? {
+            Some(generation) => match kind_at(generation.as_fd(), name, rel)?.0 {
+                Kind::Missing => Ok(None),
+                Kind::File => read_file_at(generation.as_fd(), name, rel, limits.max_bytes, cancel).map(Some),
+                _ => Err(Error::NotAFile { path: rel.to_owned() }),
+            },
+            None => Err(Error::Symlink { path: rel.to_owned() }),
+        },
         _ => Err(Error::NotAFile { path: rel.to_owned() }),
     }
 }
@@ -77,6 +86,8 @@ pub fn list_dir(
 ) -> Result<Vec<Entry>> {
     let dir = open_beneath(root, rel)?;
     let shown = if rel.is_empty() { "." } else { rel };
+    // A directory in the symlink layout lists as its current generation.
+    let dir = super::linked::current_generation(dir.as_fd(), shown)?.unwrap_or(dir);
     let mut names = list_names_at_most(dir.as_fd(), shown, limits.max_entries, cancel)?;
     names.retain(|n| !is_reserved(n));
     names.sort();

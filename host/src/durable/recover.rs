@@ -8,7 +8,7 @@
 //! unlinked, never traversed, so recovery cannot be turned into "delete
 //! anything the link points to".
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Options;
@@ -18,11 +18,12 @@ use rustix::io::Errno;
 
 use super::error::{Error, Result, Step};
 use super::fsinfo::unlinks_wait_for_discards;
+use super::linked::{current_name, read_link};
 use super::lock::lock;
-use super::marker::any_marked;
-use super::names::{LOCK_NAME, is_leftover, parse_keep};
+use super::marker::{any_marked, is_marked};
+use super::names::{DATA_LINK, LOCK_NAME, entry_link, is_gen, is_leftover, is_reserved, parse_keep};
 use super::parallel;
-use super::sys::{Kind, Sys, join, kind_at, kind_of};
+use super::sys::{Kind, Sys, join, kind_at, kind_of, open_dir};
 use super::walk::{DirStack, Entry, list_own_names, read_entries};
 
 /// Remove every durasync leftover in `dir` and, recursively, in its
@@ -97,10 +98,11 @@ fn recover_one(
     // A stale keep entry (`previous.rs`) is a leftover too; a valid
     // previous is not, and alone it takes no lock (a recovery with nothing
     // to remove changes nothing).
-    let stale = if possibly_target || !names.iter().any(|n| parse_keep(n).is_some()) {
+    let stale = if possibly_target {
         false
     } else {
-        !stale_keeps(dir, &names)?.is_empty()
+        (names.iter().any(|n| parse_keep(n).is_some()) && !stale_keeps(dir, &names)?.is_empty())
+            || !layout_leftovers(dir, path, &names)?.is_empty()
     };
     if !possibly_target && (stale || names.iter().any(|n| is_leftover(n))) {
         let _lock = lock(sys, dir, path)?;
@@ -142,6 +144,8 @@ pub(crate) fn remove_leftovers(sys: &Sys<'_>, dir: BorrowedFd<'_>, dir_path: &st
     // One listing for both kinds.
     let listed = list_own_names(dir, dir_path)?;
     let mut names = stale_keeps(dir, &listed)?;
+    // In a directory in the symlink layout: older generations, dangling links.
+    names.extend(layout_leftovers(dir, dir_path, &listed)?);
     names.extend(listed.into_iter().filter(|n| is_leftover(n)));
     names.sort();
     let mut removed = Vec::with_capacity(names.len());
@@ -384,6 +388,43 @@ pub(crate) fn stale_keeps(dir: BorrowedFd<'_>, names: &[String]) -> Result<Vec<S
         let Some(ino) = parse_keep(entry) else { continue };
         if kept_kind(dir, entry, ino)?.is_none() {
             stale.push(entry.clone());
+        }
+    }
+    Ok(stale)
+}
+
+/// The entries recovery removes from a directory in the symlink layout
+/// (`layout.rs`), given its
+/// names (`list_own_names`): generation directories other than the current
+/// one and the layout's links whose name the current generation lacks
+/// (dangling: a reader sees no such name either way). Nothing when the
+/// directory is not in the layout, is marked unsynced, or its
+/// `.durasync-data` is not as the layout leaves it (then nothing of it is
+/// judged). The caller holds the directory's lock.
+fn layout_leftovers(dir: BorrowedFd<'_>, shown: &str, names: &[String]) -> Result<Vec<String>> {
+    // Marked unsynced, the generation on disk may be an older one than
+    // `.durasync-data` shows: nothing is judged until a change commits.
+    if !names.iter().any(|n| n == DATA_LINK) || is_marked(dir, DATA_LINK)? {
+        return Ok(Vec::new());
+    }
+    let Ok(Some(current)) = current_name(dir, shown) else { return Ok(Vec::new()) };
+    let generation = open_dir(dir, &current, &join(shown, &current))?;
+    let mut stale = Vec::new();
+    for name in names {
+        if is_gen(name) {
+            if *name != current {
+                stale.push(name.clone());
+            }
+            continue;
+        }
+        if is_reserved(name) {
+            continue;
+        }
+        let path = join(shown, name);
+        if read_link(dir, name, &path)?.as_deref() == Some(entry_link(name).as_str())
+            && kind_at(generation.as_fd(), name, &path)?.0 == Kind::Missing
+        {
+            stale.push(name.clone());
         }
     }
     Ok(stale)

@@ -8,7 +8,11 @@
 //! time with `openat(O_DIRECTORY|O_NOFOLLOW)` from the root fd, which has
 //! the same semantics on every kernel and gives an error naming the
 //! component at fault. A `..` never reaches the kernel and a symbolic link
-//! anywhere on the way is refused, so nothing outside the root is reachable.
+//! anywhere on the way is refused, so nothing outside the root is reachable
+//! — with one exception the walk follows itself: the link of a top-level
+//! name of a directory in the symlink layout (`name -> .durasync-data/name`,
+//! see `linked.rs`), which leads to `name` in that directory's
+//! current generation, beneath it.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -46,7 +50,13 @@ fn open_beneath_walk(root: BorrowedFd<'_>, parts: &[&str]) -> Result<OwnedFd> {
     let mut shown = String::from(".");
     for part in parts {
         shown = join(&shown, part);
-        fd = open_component(fd.as_fd(), part, &shown)?;
+        fd = match open_component(fd.as_fd(), part, &shown) {
+            Err(Error::Symlink { path }) => match super::linked::hop(fd.as_fd(), part, &shown)? {
+                Some(generation) => open_component(generation.as_fd(), part, &shown)?,
+                None => return Err(Error::Symlink { path }),
+            },
+            other => other?,
+        };
     }
     Ok(fd)
 }
@@ -63,16 +73,30 @@ const BENEATH: ResolveFlags =
 /// shown in errors.
 pub(crate) fn open_file_beneath(dir: BorrowedFd<'_>, rel: &str, path: &str) -> Result<OwnedFd> {
     let Some((parent, name)) = rel.rsplit_once('/') else {
-        return open_file(dir, rel, path);
+        return open_file_or_hop(dir, rel, path);
     };
     match without_atime(|noatime| rustix::fs::openat2(dir, rel, READ_FLAGS | noatime, Mode::empty(), BENEATH))
     {
         Ok(fd) => Ok(fd),
-        Err(rustix::io::Errno::NOSYS) => {
+        // No openat2, or a link on the way (which the walk refuses unless it
+        // is the symlink layout's own).
+        Err(rustix::io::Errno::NOSYS | rustix::io::Errno::LOOP) => {
             let parent = open_beneath(dir, parent)?;
-            open_file(parent.as_fd(), name, path)
+            open_file_or_hop(parent.as_fd(), name, path)
         }
         Err(e) => Err(kind_error(e, path, Step::Open)),
+    }
+}
+
+/// [`open_file`], following the symlink layout's link of `name` (see
+/// [`super::linked::hop`]); any other link stays refused.
+pub(crate) fn open_file_or_hop(dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<OwnedFd> {
+    match open_file(dir, name, path) {
+        Err(Error::Symlink { path }) => match super::linked::hop(dir, name, &path)? {
+            Some(generation) => open_file(generation.as_fd(), name, &path),
+            None => Err(Error::Symlink { path }),
+        },
+        other => other,
     }
 }
 

@@ -64,6 +64,8 @@ use super::Options;
 use super::attrs;
 use super::cancel::Cancel;
 use super::diff::{Carry, Plan, compare, compare_carrying, same_tree};
+use super::layout::{self, Layout};
+use super::linked;
 use super::replace_one::{one_changed_file, replace_one_file};
 use rustix::fs::{AtFlags, FileType};
 
@@ -106,6 +108,10 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     // A symlinked or wrong-kind target is refused before the lock file is
     // created, so a refused request leaves the parent exactly as it was.
     target_state(parent, name)?;
+    // A target in the symlink layout stays in it (`layout.rs`).
+    if opts.layout == Layout::Symlink || linked::is_linked(parent, name)? {
+        return layout::sync_linked(parent, name, tree, opts);
+    }
 
     // 2. Serialise with every other durasync process working in this parent.
     let _lock = lock(&sys, parent, ".")?;
@@ -325,8 +331,19 @@ pub fn sync_dir_unchanged_from(
             return Ok(false);
         }
         let target = open_dir(parent, name, name)?;
+        // In the symlink layout, what a reader sees: the current generation
+        // (`layout.rs`); a target there that is not settled takes the full path.
+        let generation = if linked::is_linked(parent, name)? {
+            match layout::settled_generation(target.as_fd(), name)? {
+                Some(found) => Some(found),
+                None => return Ok(false),
+            }
+        } else {
+            None
+        };
+        let compared_dir = generation.as_ref().map_or(target.as_fd(), |(_, fd)| fd.as_fd());
         let src = open_dir(src_parent, src_name, src_path)?;
-        if !same_tree(src.as_fd(), src_path, target.as_fd(), name, &opts.limits) {
+        if !same_tree(src.as_fd(), src_path, compared_dir, name, &opts.limits) {
             return Ok(false);
         }
         let compared = rustix::fs::fstat(&target).map_err(|e| Error::io(Step::Read, name, e))?;
@@ -335,6 +352,14 @@ pub fn sync_dir_unchanged_from(
         remove_leftovers_or_defer(&sys, parent)?;
         let now = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| Error::io(Step::Read, name, e))?;
+        // In the layout a change switches generations under this lock: the
+        // one compared must still be the current one, and not marked.
+        if let Some((current, _)) = &generation {
+            let still = linked::current_of(target.as_fd(), name).as_ref() == Some(current);
+            return Ok(still
+                && (now.st_dev, now.st_ino) == (compared.st_dev, compared.st_ino)
+                && layout::settled_generation(target.as_fd(), name)?.is_some());
+        }
         Ok((now.st_dev, now.st_ino) == (compared.st_dev, compared.st_ino) && !is_marked(parent, name)?)
     };
     match unchanged() {
@@ -357,13 +382,17 @@ pub fn plan_sync(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options
         return Ok(Plan::creating(tree));
     }
     let target = open_dir(parent, name, name)?;
+    // In the symlink layout, what a reader sees: the current generation.
+    if let Some(current) = linked::current_generation(target.as_fd(), name)? {
+        return compare(current.as_fd(), name, tree, true, opts.attrs);
+    }
     compare(target.as_fd(), name, tree, true, opts.attrs)
 }
 
 /// Whether the target exists (as a real directory) and its mode. A symlink
 /// or a non-directory is refused: swapping would replace the link, not the
 /// directory it names.
-fn target_state(parent: BorrowedFd<'_>, name: &str) -> Result<(bool, u32)> {
+pub(super) fn target_state(parent: BorrowedFd<'_>, name: &str) -> Result<(bool, u32)> {
     match kind_at(parent, name, name)? {
         (Kind::Dir, mode) => Ok((true, mode)),
         (Kind::Missing, _) => Ok((false, IMPLIED_DIR_MODE)),
@@ -374,7 +403,7 @@ fn target_state(parent: BorrowedFd<'_>, name: &str) -> Result<(bool, u32)> {
 
 /// The mode staging directories have while they are filled: a tree's own
 /// mode may deny its owner write access (`0o555`), which only root ignores.
-const FILL_MODE: u32 = 0o700;
+pub(super) const FILL_MODE: u32 = 0o700;
 
 /// A staging tree with at most this many directories keeps their fds open
 /// while it is filled; a bigger one reopens a directory (one `openat2`
@@ -419,13 +448,13 @@ impl<'a> StageDirs<'a> {
 }
 
 /// The files of the current target that a staging tree carries.
-struct Carried<'a> {
+pub(super) struct Carried<'a> {
     /// The target directory, open since it was compared.
-    target: BorrowedFd<'a>,
+    pub(super) target: BorrowedFd<'a>,
     /// Its name in the parent (for probes and messages).
-    name: &'a str,
+    pub(super) name: &'a str,
     /// Carryable files by relative path, with the inode compared.
-    files: &'a Carry,
+    pub(super) files: &'a Carry,
 }
 
 /// Create every directory and file of `tree` in the staging directory and
@@ -435,7 +464,7 @@ struct Carried<'a> {
 /// the staging directory's final mode; files in `carried` are linked, not
 /// written.
 #[allow(clippy::too_many_arguments)]
-fn build_staging(
+pub(super) fn build_staging(
     sys: &Sys<'_>,
     stage: BorrowedFd<'_>,
     staging: &str,
@@ -516,7 +545,7 @@ fn build_staging(
 
 /// The [`gate::Stamp`] of the staging directory `staging` (by its name in
 /// `parent`) and of every path of `tree` beneath it (`stage`), in order.
-fn stamp_staging(
+pub(super) fn stamp_staging(
     parent: BorrowedFd<'_>,
     staging: &str,
     stage: BorrowedFd<'_>,
@@ -537,7 +566,7 @@ fn stamp_staging(
 /// fsyncs made durable. With `clock_past` false equal ctimes prove
 /// nothing, so it is made durable again, as `flush` says, after the check.
 #[allow(clippy::too_many_arguments)]
-fn recheck_staging(
+pub(super) fn recheck_staging(
     sys: &Sys<'_>,
     parent: BorrowedFd<'_>,
     stage: BorrowedFd<'_>,
@@ -702,7 +731,7 @@ fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>, fsync: bool)
 
 /// Remove a staging directory after a failure before the swap; errors are
 /// ignored because the next sync's recovery removes it anyway.
-fn discard(sys: &Sys<'_>, parent: BorrowedFd<'_>, staging: &str, fd: OwnedFd) {
+pub(super) fn discard(sys: &Sys<'_>, parent: BorrowedFd<'_>, staging: &str, fd: OwnedFd) {
     drop(fd);
     let _ = remove_tree(sys, parent, staging, staging, &Cancel::NEVER);
 }

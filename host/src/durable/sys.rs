@@ -249,6 +249,14 @@ impl<'p> Sys<'p> {
         })
     }
 
+    /// `symlinkat(target, dir, name)`: a new symbolic link (never replaces
+    /// an existing name).
+    pub(crate) fn symlink(&self, dir: BorrowedFd<'_>, name: &str, path: &str, target: &str) -> Result<()> {
+        self.observe(SysOp::Symlink { path, target }, Step::Symlink, path, || {
+            rustix::fs::symlinkat(target, dir, name).map_err(io::Error::from)
+        })
+    }
+
     /// `unlinkat` of a file, link or other non-directory.
     pub(crate) fn unlink(&self, dir: BorrowedFd<'_>, name: &str, path: &str) -> Result<()> {
         self.observe(SysOp::Unlink { path }, Step::Remove, path, || {

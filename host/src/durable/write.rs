@@ -19,7 +19,7 @@ use super::error::{Error, Result, Step, committed, flags_unsupported, unsupporte
 use super::gate::{self, StagedKind};
 use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
-use super::names::{Leftover, check_name, leftover_name};
+use super::names::{DATA_LINK, Leftover, check_name, leftover_name};
 use super::previous::{keep_staging, keeps, remove_retired, retire_previous};
 use super::recover::{remove_leftovers, remove_leftovers_or_defer};
 use super::report::{Outcome, Report};
@@ -52,6 +52,16 @@ pub fn write_file(
             what: "bytes in one write",
             limit: opts.limits.max_bytes,
             actual: contents.len() as u64,
+        });
+    }
+    // A top-level name of a directory in the symlink layout is a link into
+    // its current generation; a file written in its place would not be.
+    if kind_at(dir, DATA_LINK, DATA_LINK)?.0 != Kind::Missing {
+        return Err(Error::Layout {
+            path: name.to_owned(),
+            reason: "a file directly in a directory in this layout is changed by a sync of that directory, \
+                     not by a write"
+                .into(),
         });
     }
     let sys = Sys::new(opts.probe);

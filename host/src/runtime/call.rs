@@ -157,6 +157,12 @@ impl Plugin {
             f(&mut store, &instance)
         });
         drop(watchdog);
+        // Fuel is deterministic where time is not: what the call cost the
+        // guest, comparable across runs (`DURASYNC_LOG=durasync=debug`).
+        if let Ok(left) = store.get_fuel() {
+            let used = limits.fuel.unwrap_or(u64::MAX) - left;
+            tracing::debug!(plugin = %store.data().session.plugin(), fuel = used, "the call used {used} fuel units");
+        }
         let state = store.into_data();
         let classified = match result {
             Ok(r) => Ok(r),

@@ -22,6 +22,7 @@
 //! group = "kube"                    # optional: group of every file written (same forms)
 //! label = "keep"                    # optional: SELinux label: "keep" (default), "kernel" or a context
 //! preserve = ["xattrs", "acl"]      # optional: carry the replaced file's xattrs and POSIX ACLs
+//! layout = "exchange"               # optional: "symlink" where RENAME_EXCHANGE fails (overlayfs, NFS, FUSE)
 //! [limits]                          # all optional
 //! fuel = 10_000_000_000             # or "unlimited"
 //! timeout_ms = 30_000
@@ -68,6 +69,10 @@ pub struct Root {
     /// What every inode written there gets besides bytes and mode (`owner`,
     /// `group`, `label`, `preserve`); a plugin cannot choose it.
     pub attrs: crate::durable::Attrs,
+    /// How a sync replaces a directory there (`layout`: `exchange` by
+    /// default, or `symlink` where `RENAME_EXCHANGE` fails; see
+    /// `durable::layout`).
+    pub layout: crate::durable::Layout,
 }
 
 /// A parsed, validated manifest.
@@ -167,6 +172,7 @@ const ROOT_KEYS: &[&str] = &[
     "group",
     "label",
     "preserve",
+    "layout",
     "min_files",
     "max_removed_fraction",
 ];
@@ -300,12 +306,26 @@ impl Manifest {
                         }
                     };
                     let attrs = parse_root_attrs(rt, &key).map_err(|(k, w)| bad(&k, w))?;
+                    let layout = match rt.get("layout") {
+                        None => crate::durable::Layout::default(),
+                        Some(toml::Value::String(s)) => {
+                            s.parse().map_err(|w| bad(&format!("{key}.layout"), w))?
+                        }
+                        Some(other) => {
+                            return Err(bad(
+                                &format!("{key}.layout"),
+                                format!("must be \"exchange\" or \"symlink\", not {}", other.type_str()),
+                            ));
+                        }
+                    };
                     guards.push((
                         root_name.clone(),
                         config::parse_guard(rt, &key).map_err(|(k, w)| bad(&k, w))?,
                     ));
-                    roots
-                        .insert(root_name.clone(), Root { path: base.join(p), access, special_modes, attrs });
+                    roots.insert(
+                        root_name.clone(),
+                        Root { path: base.join(p), access, special_modes, attrs, layout },
+                    );
                 }
             }
             Some(_) => return Err(bad("roots", "must be a table of `[roots.NAME]` tables".into())),
@@ -359,6 +379,18 @@ impl Manifest {
         let actions =
             config::parse_actions(table.get("action"), &root_names, &base).map_err(|(k, w)| bad(&k, w))?;
         let probes = config::parse_probes(table.get("probe"), &root_names).map_err(|(k, w)| bad(&k, w))?;
+        // A probe's rollback needs the previous contents kept, which the
+        // symlink layout does not do yet (`durable::layout`).
+        if let Some(p) = probes.iter().find(|p| roots[&p.root].layout == crate::durable::Layout::Symlink) {
+            return Err(bad(
+                &format!("roots.{}.layout", p.root),
+                format!(
+                    "\"symlink\" cannot be used with the probe {:?} on this root: a probe's rollback keeps the \
+                     previous contents, which this layout does not do yet",
+                    p.name
+                ),
+            ));
+        }
         let hooks = HookSpec { validators, guards: config::guards(guards), actions, probes };
 
         Ok(Manifest {
@@ -397,11 +429,13 @@ impl Manifest {
             key: name.to_owned(),
             reason: why,
         })?;
-        let (access, special_modes, attrs) =
-            self.roots.get(name).map_or((Access::ReadWrite, false, Default::default()), |r| {
-                (r.access, r.special_modes, r.attrs.clone())
+        let (access, special_modes, attrs, layout) = self
+            .roots
+            .get(name)
+            .map_or((Access::ReadWrite, false, Default::default(), Default::default()), |r| {
+                (r.access, r.special_modes, r.attrs.clone(), r.layout)
             });
-        self.roots.insert(name.to_owned(), Root { path, access, special_modes, attrs });
+        self.roots.insert(name.to_owned(), Root { path, access, special_modes, attrs, layout });
         Ok(())
     }
 }
@@ -720,7 +754,8 @@ mod tests {
                 path: "/etc/durasync/p/certs".into(),
                 access: Access::ReadOnly,
                 special_modes: false,
-                attrs: Default::default()
+                attrs: Default::default(),
+                layout: Default::default()
             }
         );
         assert_eq!(m.limits.fuel, None);
@@ -746,6 +781,14 @@ mod tests {
         assert!(attrs.xattrs && attrs.acl);
         let m = parse(&format!("{head}owner = \"keep\"\n")).unwrap();
         assert_eq!(m.roots["certs"].attrs.owner, IdRule::Keep);
+        assert_eq!(m.roots["certs"].layout, crate::durable::Layout::Exchange, "the exchange, by default");
+        let m = parse(&format!("{head}layout = \"symlink\"\n")).unwrap();
+        assert_eq!(m.roots["certs"].layout, crate::durable::Layout::Symlink);
+        let probed = format!(
+            "{head}layout = \"symlink\"\n[[probe]]\nname = \"web\"\nroot = \"certs\"\nhttp = \"http://127.0.0.1:1/\"\n"
+        );
+        let e = parse(&probed).unwrap_err().to_string();
+        assert!(e.contains("roots.certs.layout") && e.contains("probe \"web\""), "{e}");
         assert_eq!(
             m.roots["certs"].attrs.label,
             LabelRule::Keep,
@@ -757,6 +800,8 @@ mod tests {
             ("owner = true", "roots.certs.owner", "must be a string"),
             ("label = \"etc_t\"", "roots.certs.label", "SELinux context"),
             ("preserve = [\"all\"]", "roots.certs.preserve", "only \"xattrs\" and \"acl\""),
+            ("layout = \"swap\"", "roots.certs.layout", "exchange or symlink"),
+            ("layout = 1", "roots.certs.layout", "must be \"exchange\" or \"symlink\""),
             ("preserve = \"xattrs\"", "roots.certs.preserve", "must be a list"),
         ] {
             let e = parse(&format!("{head}{extra}\n")).unwrap_err().to_string();
@@ -1061,7 +1106,8 @@ mod tests {
                 path: "/elsewhere".into(),
                 access: Access::ReadOnly,
                 special_modes: false,
-                attrs: Default::default()
+                attrs: Default::default(),
+                layout: Default::default()
             }
         );
         assert_eq!(m.roots["d"].access, Access::ReadWrite);

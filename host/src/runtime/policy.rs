@@ -69,12 +69,13 @@ pub const CONTRACT_PREFIX: &str = "durasync:plugin/";
 
 /// Interfaces a toolchain adds by default that the host does not provide,
 /// and how to build without them: the build the guide gives
-/// (`guest-sdk/README.md`, JavaScript), which uses the componentize-js CLI
-/// because `jco componentize` fails on a WIT folder.
+/// (`guest-sdk/README.md`, JavaScript), the npm kit's
+/// `durasync-componentize-js` (the componentize-js CLI's flags; not `jco
+/// componentize`, which fails on a WIT folder).
 pub const REMOVAL_HINTS: &[(&str, &str)] = &[(
     "wasi:http/",
-    "componentize-js adds wasi:http by default: build without it with the componentize-js CLI, \
-     as the guide does: `componentize-js --wit WIT -n plugin -d http fetch-event -o app.wasm app.js`",
+    "componentize-js adds wasi:http by default: build without it as the guide does: \
+     `durasync-componentize-js --wit WIT -n plugin -d http fetch-event -o app.wasm app.js`",
 )];
 
 /// The exports every plugin must have.

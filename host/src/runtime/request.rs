@@ -74,7 +74,8 @@ impl RunRequest {
                     key: format!("roots.{name}.path"),
                     reason: format!("{}: {e}", root.path.display()),
                 })?
-                .with_attrs(root.attrs.clone());
+                .with_attrs(root.attrs.clone())
+                .with_layout(root.layout);
             roots.insert(name.clone(), grant);
         }
         Ok(RunRequest {

@@ -36,6 +36,7 @@ impl Session {
             access: root.access,
             special_modes: root.special_modes,
             attrs: root.attrs.clone(),
+            layout: root.layout,
         };
         self.count_handle()?;
         Ok(dir)
@@ -55,6 +56,7 @@ impl Session {
             access: dir.access,
             special_modes: dir.special_modes,
             attrs: dir.attrs.clone(),
+            layout: dir.layout,
         };
         self.count_handle()?;
         Ok(sub)
@@ -107,7 +109,7 @@ impl Session {
     fn sync_inner(&mut self, dir: &Dir, path: &str, files: Vec<File>) -> Result<(Done, Report)> {
         dir.writable()?;
         let (parent, name) = durable::split_last(path).map_err(Error::from)?;
-        let opts = durable::Options { attrs: &dir.attrs, ..self.core_options() };
+        let opts = durable::Options { attrs: &dir.attrs, layout: dir.layout, ..self.core_options() };
         // Bounded as it grows: what the host builds from one call.
         let mut tree = Tree::with_limits(opts.limits);
         let mut deepest = 0;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::error::{Error, Result};
-use crate::durable::Attrs;
+use crate::durable::{Attrs, Layout};
 
 /// How a plugin may use a root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +36,8 @@ pub struct Grant {
     pub(crate) special_modes: bool,
     /// What every inode written there gets besides bytes and mode.
     pub(crate) attrs: Arc<Attrs>,
+    /// How a sync replaces a directory there.
+    pub(crate) layout: Layout,
 }
 
 impl Grant {
@@ -44,13 +46,26 @@ impl Grant {
     pub fn open(path: &Path, access: Access, special_modes: bool) -> std::io::Result<Grant> {
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-        Ok(Grant { fd: Arc::new(fd), access, special_modes, attrs: Arc::new(Attrs::default()) })
+        Ok(Grant {
+            fd: Arc::new(fd),
+            access,
+            special_modes,
+            attrs: Arc::new(Attrs::default()),
+            layout: Layout::default(),
+        })
     }
 
     /// The root's owner, group, label and preserve policy (the operator's:
     /// `[roots.NAME] owner`, `group`, `label`, `preserve`).
     pub fn with_attrs(mut self, attrs: Attrs) -> Grant {
         self.attrs = Arc::new(attrs);
+        self
+    }
+
+    /// How a sync replaces a directory there (the operator's `[roots.NAME]
+    /// layout`).
+    pub fn with_layout(mut self, layout: Layout) -> Grant {
+        self.layout = layout;
         self
     }
 
@@ -78,6 +93,8 @@ pub struct Dir {
     pub(crate) special_modes: bool,
     /// The root's policy for the inodes written through it.
     pub(crate) attrs: Arc<Attrs>,
+    /// How a sync replaces a directory through it.
+    pub(crate) layout: Layout,
 }
 
 impl Dir {

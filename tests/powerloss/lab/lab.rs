@@ -68,11 +68,20 @@ pub struct Observed {
 /// kind of change), B → C (the one-file fast path), the lone file, a
 /// plugin run (the example plugin's envdir, through `durasync run`), then
 /// C → A keeping C as the target's previous (`sync --keep-previous`) and
-/// the revert back to C (`rollback`).
-pub const STEPS: usize = 6;
+/// the revert back to C (`rollback`); then A → B and B → C of a second
+/// target in the symlink layout (`linked`, see `durable::layout`).
+pub const STEPS: usize = 8;
 
 /// The target's generation (0 A, 1 B, 2 C) once this many steps succeeded.
-const GEN_AFTER: [usize; STEPS + 1] = [0, 1, 2, 2, 2, 0, 2];
+const GEN_AFTER: [usize; STEPS + 1] = [0, 1, 2, 2, 2, 0, 2, 2, 2];
+
+/// The same for the target in the symlink layout.
+const LINKED_GEN_AFTER: [usize; STEPS + 1] = [0, 0, 0, 0, 0, 0, 0, 1, 2];
+
+/// Whether step `i` changes the target in the symlink layout.
+fn changes_linked(step: usize) -> bool {
+    matches!(step, 6 | 7)
+}
 
 /// Whether step `i` changes the target (the others change the lone file
 /// and the envdir).
@@ -151,6 +160,14 @@ impl Lab {
                     .args(OWNED),
             );
             check(
+                cmd(durasync().to_str().unwrap(), &["sync"])
+                    .arg(srv.join("linked"))
+                    .arg("--from")
+                    .arg(dir.join("src/A"))
+                    .args(["--layout", "symlink"])
+                    .args(OWNED),
+            );
+            check(
                 cmd(durasync().to_str().unwrap(), &["write"])
                     .arg(srv.join("file"))
                     .arg("--from")
@@ -192,7 +209,9 @@ impl Lab {
                         2 => ("write", srv.join("file"), src.join("file-B")),
                         3 => ("run", self.manifest.clone(), src.join("env-B")),
                         4 => ("sync", srv.join("target"), src.join("A")),
-                        _ => ("rollback", srv.join("target"), PathBuf::new()),
+                        5 => ("rollback", srv.join("target"), PathBuf::new()),
+                        6 => ("sync", srv.join("linked"), src.join("B")),
+                        _ => ("sync", srv.join("linked"), src.join("C")),
                     };
                     let mut c = match verb {
                         "run" => plugin_run(&target, &from),
@@ -210,6 +229,10 @@ impl Lab {
                     if step == 4 {
                         c.arg("--keep-previous");
                     }
+                    // Step 7 shows that a target in the layout stays in it.
+                    if step == 6 {
+                        c.args(["--layout", "symlink"]);
+                    }
                     if verb != "write" && verb != "rollback" {
                         // The flush decision is logged at debug level.
                         c.arg("--flush").arg(self.flush);
@@ -219,7 +242,7 @@ impl Lab {
                     if out.status.success() {
                         // A forced syncfs must really be the primitive: the
                         // full syncs (A→B, the plugin's envdir) say so.
-                        let full_sync = step == 0 || step == 3 || step == 4;
+                        let full_sync = matches!(step, 0 | 3 | 4 | 6);
                         let log = crate::support::strip_ansi(&String::from_utf8_lossy(&out.stderr));
                         if self.flush == "syncfs" && full_sync && !log.contains("syncfs=true") {
                             let skip = log.chars().count().saturating_sub(400);
@@ -277,6 +300,23 @@ impl Lab {
                     kept.len(),
                     if want { "C" } else { "none" },
                     generation.map(|g| ['A', 'B', 'C'][g])
+                )),
+            }
+        }
+        if let Some(linked) = &found.linked {
+            let done = LINKED_GEN_AFTER[succeeded];
+            let interrupted = attempted > succeeded && changes_linked(succeeded);
+            let allowed = if interrupted { vec![done, LINKED_GEN_AFTER[succeeded + 1]] } else { vec![done] };
+            match self.gens.iter().position(|g| g == linked) {
+                Some(g) if allowed.contains(&g) => {}
+                Some(g) => violations.push(format!(
+                    "the target in the symlink layout came back as generation {} after {succeeded} step(s) (allowed {allowed:?})",
+                    ['A', 'B', 'C'][g]
+                )),
+                None => violations.push(format!(
+                    "the target in the symlink layout is no generation: vs {}: {}",
+                    ['A', 'B', 'C'][done],
+                    trees::diff(linked, &self.gens[done])
                 )),
             }
         }
@@ -449,7 +489,9 @@ impl Lab {
         }
         let extra: Vec<&String> = listing
             .iter()
-            .filter(|n| !["target", "file", "env", "unrelated"].contains(&n.as_str()) && !trees::kept(n))
+            .filter(|n| {
+                !["target", "linked", "file", "env", "unrelated"].contains(&n.as_str()) && !trees::kept(n)
+            })
             .filter(|n| !trees::is_previous(&srv.join(n)))
             .filter(|n| !n.starts_with(".target."))
             .collect();
@@ -467,10 +509,9 @@ impl Lab {
         // kept previous) has the policy's owner and the label of srv/.
         // (The known-wrong writers of the control rounds have no policy.)
         let keep_of_target = |n: &str| durasync::durable::names::keep_of(n, "target").is_some();
-        for name in listing
-            .iter()
-            .filter(|n| policy && (["target", "file", "env"].contains(&n.as_str()) || keep_of_target(n)))
-        {
+        for name in listing.iter().filter(|n| {
+            policy && (["target", "linked", "file", "env"].contains(&n.as_str()) || keep_of_target(n))
+        }) {
             found.problems.extend(owner_and_label_problems(&srv.join(name), name));
         }
         let target = srv.join("target");
@@ -478,6 +519,11 @@ impl Lab {
             found.target = Some(trees::contents(&target));
         } else {
             found.problems.push("the target is gone".into());
+        }
+        // Only the durasync workload makes it (the controls' golden image too).
+        match trees::linked_contents(&srv.join("linked")) {
+            Ok(c) => found.linked = Some(c),
+            Err(e) => found.problems.push(format!("the target in the symlink layout: {e}")),
         }
         found.file = fs::read(srv.join("file")).ok();
         let env = srv.join("env");
@@ -508,6 +554,8 @@ impl Lab {
 #[derive(Debug, Default)]
 struct Found {
     target: Option<Contents>,
+    /// What a reader sees through the links of the target in the symlink layout.
+    linked: Option<Contents>,
     /// The contents of every valid kept previous of the target.
     previous: Vec<Contents>,
     file: Option<Vec<u8>>,
@@ -523,6 +571,11 @@ fn owner_and_label_problems(path: &Path, shown: &str) -> Vec<String> {
     let mut stack = vec![(path.to_path_buf(), shown.to_owned())];
     while let Some((p, shown)) = stack.pop() {
         let meta = fs::symlink_metadata(&p).unwrap();
+        // The symlink layout's links carry the process's owner and the
+        // kernel's label (`durable::layout`); what they lead to is checked.
+        if meta.file_type().is_symlink() {
+            continue;
+        }
         if (meta.uid(), meta.gid()) != (OWNER, OWNER) {
             problems.push(format!(
                 "{shown}: owner {}:{}, not the policy's {OWNER}:{OWNER}",
@@ -542,7 +595,9 @@ fn owner_and_label_problems(path: &Path, shown: &str) -> Vec<String> {
             for e in fs::read_dir(&p).unwrap() {
                 let e = e.unwrap();
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name != durasync::durable::names::LOCK_NAME {
+                // durasync's bookkeeping (the lock, an "unsynced" marker of a
+                // target in the symlink layout) is no file of the tree.
+                if name != durasync::durable::names::LOCK_NAME && !name.starts_with(trees::MARKER_PREFIX) {
                     stack.push((e.path(), format!("{shown}/{name}")));
                 }
             }

@@ -140,7 +140,8 @@ pub fn lab(fs: Fs, flush: &'static str) {
     println!(
         "\npower-loss lab, {} --flush {flush} (seed {seed}): {} durasync rounds ({} flush cut points 1..={} stride {stride}, {} random-write/soak cuts of {} writes, half torn) \
          in {:.0?}\n  target came back A {} / B {} / C {}; steps that reported success before the cut: {successes_before_cut}; violations: {}\n  \
-         the cut fell during sync A→B {} / sync B→C {} / write {} / plugin run {} / keep-sync C→A {} / rollback A→C {} / after all {}",
+         the cut fell during sync A→B {} / sync B→C {} / write {} / plugin run {} / keep-sync C→A {} / rollback A→C {} / \
+         symlink layout A→B {} / B→C {} / after all {}",
         fs.name(),
         rounds,
         flushes.div_ceil(stride) + 1,
@@ -159,6 +160,8 @@ pub fn lab(fs: Fs, flush: &'static str) {
         cut_in[4],
         cut_in[5],
         cut_in[6],
+        cut_in[7],
+        cut_in[STEPS],
     );
     for (c, old, new, neither, sample) in &control_rows {
         println!(

@@ -124,7 +124,49 @@ pub const MARKER_PREFIX: &str = ".durasync-unsynced-";
 /// Whether `name` is one of durasync's own entries that may stay: its lock
 /// or an "unsynced" marker.
 pub fn kept(name: &str) -> bool {
-    name == durasync::durable::names::LOCK_NAME || name.starts_with(MARKER_PREFIX)
+    use durasync::durable::names::{DATA_LINK, LOCK_NAME, is_gen};
+    // In a directory in the symlink layout its data link and generations
+    // are its contents ([`linked_contents`] checks there is one).
+    name == LOCK_NAME || name.starts_with(MARKER_PREFIX) || name == DATA_LINK || is_gen(name)
+}
+
+/// What a reader sees in `dir`, a directory in the symlink layout
+/// (`durable::layout`), after `durasync recover`: the contents of the
+/// generation `.durasync-data` names, once every entry is checked to be
+/// the layout's link to a name that generation has (a dangling one is
+/// allowed only while the directory is marked unsynced: recovery leaves
+/// it then), every name of the generation has its link, and no other
+/// generation remains (again unless marked).
+pub fn linked_contents(dir: &Path) -> Result<Contents, String> {
+    use durasync::durable::names::{DATA_LINK, entry_link, is_gen, is_reserved};
+    let data = fs::read_link(dir.join(DATA_LINK)).map_err(|e| format!("{DATA_LINK}: {e}"))?;
+    let current = dir.join(&data);
+    if !current.is_dir() {
+        return Err(format!("{DATA_LINK} names {}, not a generation directory", data.display()));
+    }
+    let names: Vec<String> =
+        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let marked = names.iter().any(|n| n.starts_with(MARKER_PREFIX));
+    let generations = names.iter().filter(|n| is_gen(n)).count();
+    if generations != 1 && !marked {
+        return Err(format!("{generations} generations after recover"));
+    }
+    for name in names.iter().filter(|n| !is_reserved(n)) {
+        let link = fs::read_link(dir.join(name)).map_err(|e| format!("{name} is not a link: {e}"))?;
+        if link != Path::new(&entry_link(name)) {
+            return Err(format!("{name} -> {}, not the layout's link", link.display()));
+        }
+        if !current.join(name).exists() && !marked {
+            return Err(format!("{name}: a dangling link after recover"));
+        }
+    }
+    for e in fs::read_dir(&current).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if !names.contains(&name) {
+            return Err(format!("{name} of the generation has no link: a reader does not see it"));
+        }
+    }
+    Ok(contents(&current))
 }
 
 /// Every name under `dir` (recursively) that is durasync's but neither its

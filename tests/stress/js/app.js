@@ -1,0 +1,51 @@
+// A JavaScript plugin that makes many host calls in one run: the check that
+// a host call's cost does not grow with the calls made before it (each one
+// must fit the default fuel budget however many came first).
+//
+// Input: CALLS. The root `data` holds `blob` (4 KiB, byte i is i*7 mod 251)
+// and `names/` (64 files `n00`…`n63`). Every call reads `blob` and checks
+// its length and three of its bytes; every 100th call also lists `names`
+// and checks the names. The result counts what was read and listed.
+import { openRoot } from "durasync:plugin/fs@0.1.0";
+import * as durasync from "./durasync.js";
+
+export function describe() {
+  return { name: "js-stress", version: "0", summary: "many host calls in one run", roots: ["data"] };
+}
+
+export function run(config, input) {
+  return durasync.run(() => stress(new TextDecoder().decode(input).trim()));
+}
+
+function stress(arg) {
+  const calls = Number(arg);
+  if (!Number.isInteger(calls) || calls < 0) {
+    throw new durasync.Fail(`not a number of calls: ${durasync.quote(arg)}`);
+  }
+  const root = openRoot("data");
+  let read = 0;
+  let listed = 0;
+  for (let i = 0; i < calls; i++) {
+    const blob = root.readFile("blob");
+    if (blob === undefined || blob.length !== 4096) {
+      throw new durasync.Fail(`call ${i}: blob is ${blob === undefined ? "absent" : `${blob.length} bytes`}`);
+    }
+    for (const j of [0, 2048, 4095]) {
+      if (blob[j] !== (j * 7) % 251) {
+        throw new durasync.Fail(`call ${i}: blob byte ${j} is ${blob[j]}`);
+      }
+    }
+    read += blob.length;
+    if (i % 100 === 0) {
+      const entries = root.listDir("names");
+      entries.forEach((e, j) => {
+        const want = `n${String(j).padStart(2, "0")}`;
+        if (e.name !== want || e.kind !== "file") {
+          throw new durasync.Fail(`call ${i}: entry ${j} is ${durasync.quote(e.name)} (${e.kind}), want ${want}`);
+        }
+      });
+      listed += entries.length;
+    }
+  }
+  return `${calls} calls: ${read} bytes read, ${listed} names listed`;
+}
