@@ -25,10 +25,14 @@
 //!   between the `fstat` before the first read and the one after the last.
 //!
 //! So no torn file (part old bytes, part new) reaches the committed tree
-//! through a write the kernel records in the file's times. A file rewritten
-//! whole between the walk and its copy, at the same size, is staged with
-//! its new bytes; files and directories added after the walk are not in this
-//! sync, and the next one picks them up.
+//! through a write the kernel records in the file's times. Those times are
+//! as coarse as the kernel's clock tick (a few ms): a write within the tick
+//! of the file's previous write leaves them as they were and is not seen.
+//! A file rewritten whole between the walk and its copy, at the same size,
+//! is staged with its new bytes; one the compare found equal to the
+//! target's file is carried as compared (the target's inode); files and
+//! directories added after the walk are not in this sync, and the next one
+//! picks them up.
 
 use std::cell::RefCell;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
