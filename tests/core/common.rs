@@ -49,6 +49,20 @@ impl Scratch {
         }
     }
 
+    /// A scratch dir on tmpfs (`/dev/shm`), `$DURASYNC_TEST_DIR` or not,
+    /// when there is one: for tests of the process itself (its memory)
+    /// that write hundreds of MiB.
+    pub fn in_shm() -> Self {
+        let builder = tempfile::Builder::new().prefix("durasync-core-").tempdir_in("/dev/shm");
+        match builder {
+            Ok(dir) => {
+                let fd = open_dir(dir.path());
+                Scratch { dir, fd }
+            }
+            Err(_) => Scratch::new(),
+        }
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -103,6 +117,7 @@ pub fn expected(tree: &Tree, root_mode: u32) -> Snapshot {
     for (path, node) in tree.iter() {
         let entry = match node {
             Node::File { contents, mode } => Entry::File { mode: *mode, bytes: contents.clone() },
+            Node::Source { .. } => panic!("{path}: a tree read from disk; snapshot its source instead"),
             Node::Dir { mode, .. } => Entry::Dir { mode: *mode },
         };
         out.insert(path.to_owned(), entry);
@@ -166,6 +181,7 @@ pub fn write_tree(path: &Path, tree: &Tree, root_mode: u32) {
                 std::fs::write(&p, contents).unwrap();
                 std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).unwrap();
             }
+            Node::Source { .. } => panic!("{rel}: a tree read from disk; copy its source instead"),
         }
     }
     dirs.push((path.to_owned(), root_mode));

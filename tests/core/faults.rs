@@ -231,6 +231,7 @@ fn one_file_tree(mode_only: bool) -> Tree {
                 };
                 t.add_file(path, contents, mode).unwrap();
             }
+            durable::Node::Source { .. } => unreachable!("a tree built in memory"),
         }
     }
     t

@@ -22,6 +22,7 @@ mod modes;
 mod non_utf8;
 mod previous;
 mod retry;
+mod stream;
 mod unchanged_from;
 mod upstream_matrix;
 

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::attrs::Attrs;
 use super::error::{Error, Result, Step};
 use super::parallel;
+use super::source::Bytes;
 use super::sys::{Kind, join};
 use super::tree::{Node, RequestLimits, Tree};
 use super::walk::{Meta, open_stat, source_listing_max, walk};
@@ -105,7 +106,7 @@ fn compare_in(
     let mut plan = Plan { exists: true, ..Plan::default() };
     let mut present = std::collections::HashSet::with_capacity(new.len());
     // Files in both: their mode, size and bytes are compared once opened.
-    let mut candidates: Vec<(&str, &[u8], u32)> = Vec::new();
+    let mut candidates: Vec<(&str, Bytes<'_>, u32)> = Vec::new();
     let mut differs = false;
     // A target's listings are not limited: whatever it holds, a sync
     // replaces it (and its removal reads it in batches).
@@ -117,12 +118,12 @@ fn compare_in(
             return Ok(());
         };
         present.insert(path);
-        let same = match node {
-            Node::Dir { mode, .. } => is_dir && seen.mode == *mode,
-            Node::File { contents, mode } => {
+        let same = match new.file(node) {
+            None => is_dir && matches!(node, Node::Dir { mode, .. } if seen.mode == *mode),
+            Some((bytes, mode)) => {
                 let file = seen.kind == Kind::File;
                 if file {
-                    candidates.push((path, contents.as_slice(), *mode));
+                    candidates.push((path, bytes, mode));
                 }
                 file
             }
@@ -142,18 +143,11 @@ fn compare_in(
         plan.changed.extend(skip_rewritten(dir, dir_path, &mut candidates)?);
     }
     if full || !differs {
-        let (changed, same) = changed_contents(dir, dir_path, &candidates, full)?;
+        let (changed, carried) = changed_contents(dir, dir_path, &candidates, full, attrs, carry.is_some())?;
         plan.changed.extend(changed);
-        // Right bytes and mode, wrong owner for a fixed rule: rewritten.
-        let (same, wrong_owner): (Vec<_>, Vec<_>) =
-            same.into_iter().partition(|(_, m)| !attrs.owner_differs(m.uid, m.gid));
-        plan.changed.extend(wrong_owner.into_iter().map(|(p, _)| p));
         if let Some(carry) = carry {
-            carry.extend(
-                same.into_iter()
-                    .filter(|(_, m)| m.nlink == 1 && attrs.owner_fits(m.uid, m.gid))
-                    .map(|(p, m)| (p, m.ino)),
-            );
+            carry.reserve(carried.len());
+            carry.extend(carried);
         }
     }
     plan.removed.sort();
@@ -195,9 +189,10 @@ const SMALL: usize = 64 << 10;
 fn skip_rewritten(
     dir: BorrowedFd<'_>,
     dir_path: &str,
-    candidates: &mut Vec<(&str, &[u8], u32)>,
+    candidates: &mut Vec<(&str, Bytes<'_>, u32)>,
 ) -> Result<Vec<String>> {
-    let small: Vec<usize> = (0..candidates.len()).filter(|&i| candidates[i].1.len() <= SMALL).collect();
+    let small: Vec<usize> =
+        (0..candidates.len()).filter(|&i| candidates[i].1.len() <= SMALL as u64).collect();
     if small.len() < SAMPLE_FROM {
         return Ok(Vec::new());
     }
@@ -209,7 +204,7 @@ fn skip_rewritten(
     }
     let mut skipped = Vec::with_capacity(small.len());
     candidates.retain(|(rel, expected, _)| {
-        let is_small = expected.len() <= SMALL;
+        let is_small = expected.len() <= SMALL as u64;
         if is_small {
             skipped.push((*rel).to_owned());
         }
@@ -219,26 +214,38 @@ fn skip_rewritten(
 }
 
 /// The candidates whose mode, size or bytes differ from the file at their
-/// path beneath `dir`, and those that hold exactly their mode and bytes
-/// with the identity of the file read. With `full` false, stops at the
-/// first difference found.
+/// path beneath `dir`, with those whose bytes and mode match but whose
+/// owner or group is not what a fixed rule of `attrs` asks for (a sync
+/// rewrites them); and, with `carrying`, the files a sync may carry (see
+/// [`compare_carrying`]) with the inode read. With `full` false, stops at
+/// the first difference found.
 #[allow(clippy::type_complexity)]
 fn changed_contents(
     dir: BorrowedFd<'_>,
     dir_path: &str,
-    candidates: &[(&str, &[u8], u32)],
+    candidates: &[(&str, Bytes<'_>, u32)],
     full: bool,
-) -> Result<(Vec<String>, Vec<(String, Meta)>)> {
+    attrs: &Attrs,
+    carrying: bool,
+) -> Result<(Vec<String>, Vec<(String, u64)>)> {
     let threads = parallel::per_file_threads(candidates.len());
     let found = AtomicBool::new(false);
     let changed = std::sync::Mutex::new(Vec::new());
-    let same = std::sync::Mutex::new(Vec::new());
+    let carry = std::sync::Mutex::new(Vec::new());
     parallel::try_for_each(candidates, threads, |(rel, expected, mode)| {
         if !full && found.load(Ordering::Relaxed) {
             return Ok(());
         }
-        match file_match(dir, rel, &join(dir_path, rel), expected, Some(*mode))? {
-            Some(meta) => same.lock().unwrap_or_else(|p| p.into_inner()).push(((*rel).to_owned(), meta)),
+        match file_match(dir, rel, &join(dir_path, rel), *expected, Some(*mode))? {
+            // Right bytes and mode, wrong owner for a fixed rule: rewritten.
+            Some(meta) if attrs.owner_differs(meta.uid, meta.gid) => {
+                changed.lock().unwrap_or_else(|p| p.into_inner()).push((*rel).to_owned());
+            }
+            Some(meta) => {
+                if carrying && meta.nlink == 1 && attrs.owner_fits(meta.uid, meta.gid) {
+                    carry.lock().unwrap_or_else(|p| p.into_inner()).push(((*rel).to_owned(), meta.ino));
+                }
+            }
             None => {
                 found.store(true, Ordering::Relaxed);
                 changed.lock().unwrap_or_else(|p| p.into_inner()).push((*rel).to_owned());
@@ -248,7 +255,7 @@ fn changed_contents(
     })?;
     Ok((
         changed.into_inner().unwrap_or_else(|p| p.into_inner()),
-        same.into_inner().unwrap_or_else(|p| p.into_inner()),
+        carry.into_inner().unwrap_or_else(|p| p.into_inner()),
     ))
 }
 
@@ -421,23 +428,31 @@ fn read_once(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
 /// `expected`: open, `fstat` (still a regular file of that size), one read
 /// of that size, close.
 pub fn file_holds(dir: BorrowedFd<'_>, rel: &str, path: &str, expected: &[u8]) -> Result<bool> {
-    Ok(file_match(dir, rel, path, expected, None)?.is_some())
+    Ok(file_match(dir, rel, path, Bytes::Held(expected), None)?.is_some())
 }
 
-/// [`file_holds`], also requiring the permission bits `mode` when given;
-/// returns what the `fstat` of the file read says when it holds them.
+/// [`file_holds`] for the bytes of a tree's file (in memory, or read from
+/// its source beside the target's, chunk by chunk), also requiring the
+/// permission bits `mode` when given; returns what the `fstat` of the file
+/// read says when it holds them.
 fn file_match(
     dir: BorrowedFd<'_>,
     rel: &str,
     path: &str,
-    expected: &[u8],
+    expected: Bytes<'_>,
     mode: Option<u32>,
 ) -> Result<Option<Meta>> {
     let (fd, meta) = open_stat(dir, rel, path)?;
-    if meta.kind != Kind::File || meta.size != expected.len() as u64 || mode.is_some_and(|m| m != meta.mode) {
+    if meta.kind != Kind::File || meta.size != expected.len() || mode.is_some_and(|m| m != meta.mode) {
         return Ok(None);
     }
-    Ok(holds_bytes(&fd, path, expected)?.then_some(meta))
+    let same = match expected {
+        Bytes::Held(expected) => holds_bytes(&fd, path, expected)?,
+        // A source file that cannot be opened, or no longer has the size
+        // the walk saw, is "not the same": staging it names the problem.
+        Bytes::Source(source, size) => source.open(rel, size).is_ok_and(|src| same_bytes(&src, &fd, size)),
+    };
+    Ok(same.then_some(meta))
 }
 
 /// Whether the file behind `fd` starts with exactly `expected`, read in

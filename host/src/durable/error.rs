@@ -136,6 +136,15 @@ pub enum Error {
         /// The target.
         path: String,
     },
+    /// A file of a sync's source directory changed while the sync read it
+    /// (see `source.rs`): nothing was changed.
+    #[error("{path}: the source changed during the sync: {what}; nothing was changed")]
+    SourceChanged {
+        /// The source file.
+        path: String,
+        /// What changed.
+        what: &'static str,
+    },
     /// A source tree holds something that is neither a regular file nor a
     /// directory (a symlink, a fifo, a device, a socket).
     #[error("{path}: is a {kind}; only regular files and directories can be synced")]

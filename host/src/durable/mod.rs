@@ -101,6 +101,7 @@ pub mod remove;
 mod replace_one;
 pub mod report;
 pub mod resolve;
+mod source;
 pub mod sync;
 mod sys;
 pub mod tree;

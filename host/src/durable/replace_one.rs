@@ -30,13 +30,14 @@ use super::marker::{mark, unmark};
 use super::names::{Leftover, leftover_name};
 use super::report::{Outcome, Report};
 use super::resolve::open_beneath;
+use super::source::Bytes;
 use super::sys::{Kind, Sys, join, kind_at};
-use super::tree::{Node, Tree};
+use super::tree::Tree;
 
 /// The one file to replace, with its new bytes and mode.
 pub(super) struct OneFile<'t> {
     rel: &'t str,
-    contents: &'t [u8],
+    contents: Bytes<'t>,
     mode: u32,
 }
 
@@ -48,10 +49,9 @@ pub(super) fn one_changed_file<'t>(plan: &Plan, tree: &'t Tree) -> Option<OneFil
     if !plan.added.is_empty() || !plan.removed.is_empty() {
         return None;
     }
-    match tree.get_key_value(rel)? {
-        (rel, Node::File { contents, mode }) => Some(OneFile { rel, contents, mode: *mode }),
-        _ => None,
-    }
+    let (rel, node) = tree.get_key_value(rel)?;
+    let (contents, mode) = tree.file(node)?;
+    Some(OneFile { rel, contents, mode })
 }
 
 /// Replace the one changed file of the target in place: temporary file
@@ -92,7 +92,7 @@ pub(super) fn replace_one_file(
     let tmp = leftover_name(Leftover::Tmp);
     let staged = (|| {
         let fd = sys.create(parent, &tmp, &tmp)?;
-        sys.write_all(fd.as_fd(), &tmp, one.contents)?;
+        one.contents.write_to(sys, fd.as_fd(), &tmp, one.rel)?;
         // Owner, label and attributes before the mode and the fsync.
         attrs::apply(sys, fd.as_fd(), &tmp, &planned)?;
         // fchmod, not the create mode: the umask must not change the bits.

@@ -80,6 +80,7 @@ use super::previous::{keep_staging, keeps, remove_retired, retire_previous};
 use super::recover::{remove_committed_leftover, remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
 use super::resolve::open_beneath;
+use super::source::Bytes;
 use super::sys::{Kind, Sys, join, kind_at, kind_of, open_dir};
 use super::tree::{IMPLIED_DIR_MODE, Node, Tree};
 
@@ -486,7 +487,7 @@ pub(super) fn build_staging(
     }
     let mut jobs = Vec::with_capacity(tree.file_count());
     for (path, node) in tree.iter() {
-        if let Node::File { contents, mode } = node {
+        if let Some((contents, mode)) = tree.file(node) {
             let (parent_rel, name) = path.rsplit_once('/').unwrap_or(("", path));
             let carry = carried.and_then(|c| c.files.get(path).map(|ino| (c, *ino)));
             let attrs = attr_plan.get(path);
@@ -494,8 +495,9 @@ pub(super) fn build_staging(
                 parent_rel,
                 name,
                 path: join(staging, path),
+                rel: path,
                 contents,
-                mode: *mode,
+                mode,
                 carry,
                 attrs,
             });
@@ -604,7 +606,7 @@ pub(super) fn recheck_staging(
         let shown = join(staging, path);
         match node {
             Node::Dir { .. } => dirs.push(path),
-            Node::File { .. } => {
+            Node::File { .. } | Node::Source { .. } => {
                 let fd = match path.rsplit_once('/') {
                     Some((dir, file)) => {
                         super::sys::open_file(open_beneath(stage, dir)?.as_fd(), file, &shown)?
@@ -629,7 +631,9 @@ struct FileJob<'a> {
     parent_rel: &'a str,
     name: &'a str,
     path: String,
-    contents: &'a [u8],
+    /// Its path in the tree.
+    rel: &'a str,
+    contents: Bytes<'a>,
     mode: u32,
     /// The target to carry it from and the inode compared there.
     carry: Option<(&'a Carried<'a>, u64)>,
@@ -710,7 +714,7 @@ fn link_refused(e: &std::io::Error) -> bool {
 /// (without, the staging tree's one syncfs makes it durable later).
 fn write_one(sys: &Sys<'_>, dir: BorrowedFd<'_>, job: &FileJob<'_>, fsync: bool) -> Result<()> {
     let fd = sys.create(dir, job.name, &job.path)?;
-    sys.write_all(fd.as_fd(), &job.path, job.contents)?;
+    job.contents.write_to(sys, fd.as_fd(), &job.path, job.rel)?;
     // Owner, label and attributes before the mode (see `attrs.rs`) and
     // before the fsync below (or the staging tree's syncfs) makes them durable.
     if let Some(planned) = job.attrs {

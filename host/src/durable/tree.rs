@@ -3,12 +3,16 @@
 //! completely, so the sync itself never meets a bad name halfway through.
 //!
 //! Reading trees from disk lives in [`super::walk`], comparing one with a
-//! directory in [`super::diff`].
+//! directory in [`super::diff`]. A tree read from disk holds its files'
+//! sizes, not their bytes: those stay in its source directory
+//! ([`super::source`]) until a sync compares or stages them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::error::{Error, Result};
 use super::names::split_rel_path;
+use super::source::{Bytes, Source};
 
 /// The mode of directories a tree implies but does not list (`a` for `a/b`).
 pub const IMPLIED_DIR_MODE: u32 = 0o755;
@@ -23,6 +27,16 @@ pub enum Node {
     File {
         /// Its exact bytes.
         contents: Vec<u8>,
+        /// Its exact permission bits.
+        mode: u32,
+    },
+    /// A regular file of a tree read from disk: its bytes stay in the
+    /// tree's source directory, at the same path, and are read when a sync
+    /// compares or stages it.
+    Source {
+        /// Its size when the source was read (a copy of another size is
+        /// refused: see [`super::source`]).
+        size: u64,
         /// Its exact permission bits.
         mode: u32,
     },
@@ -54,6 +68,8 @@ pub struct Tree {
     /// The bytes of every key in `nodes`.
     path_bytes: u64,
     limits: RequestLimits,
+    /// Where the bytes of [`Node::Source`] files are.
+    source: Option<Arc<Source>>,
 }
 
 /// Two trees are equal when they hold the same entries, whatever limits
@@ -118,7 +134,7 @@ impl Tree {
         check_mode(path, mode)?;
         self.add_parents(path, &parts)?;
         match self.nodes.get(path) {
-            Some(Node::File { .. }) => {
+            Some(Node::File { .. } | Node::Source { .. }) => {
                 return Err(Error::Duplicate { path: path.to_owned(), reason: "named twice" });
             }
             Some(Node::Dir { .. }) => {
@@ -137,13 +153,18 @@ impl Tree {
         Ok(())
     }
 
-    /// Give the file at `path`, added with no contents, its `contents` and `mode`
-    /// (`read_tree` reads the bytes after the walk has checked every path).
-    /// Refused with [`Error::Limit`] when the tree's bytes would pass
-    /// `max_bytes`.
-    pub(crate) fn fill(&mut self, path: &str, contents: Vec<u8>, mode: u32) -> Result<()> {
-        check_mode(path, mode)?;
-        let bytes = self.bytes + contents.len() as u64;
+    /// An empty tree whose files are read from `source` ([`Node::Source`]),
+    /// bounded by `limits`.
+    pub(crate) fn from_source(limits: RequestLimits, source: Source) -> Self {
+        Tree { limits, source: Some(Arc::new(source)), ..Self::default() }
+    }
+
+    /// Add the file at `path` of the tree's source directory, `size` bytes
+    /// with permission bits `mode`, as [`Tree::add_file`] adds one. Refused
+    /// with [`Error::Limit`] once the tree's bytes would pass `max_bytes`.
+    pub(crate) fn add_source_file(&mut self, path: &str, size: u64, mode: u32) -> Result<()> {
+        debug_assert!(self.source.is_some(), "a source file in a tree without a source");
+        let bytes = self.bytes.saturating_add(size);
         if bytes > self.limits.max_bytes {
             return Err(Error::Limit {
                 what: "bytes in one sync",
@@ -151,14 +172,24 @@ impl Tree {
                 actual: bytes,
             });
         }
-        match self.nodes.get_mut(path) {
-            Some(Node::File { contents: old, mode: old_mode }) if old.is_empty() => {
-                *old = contents;
-                *old_mode = mode;
-                self.bytes = bytes;
-                Ok(())
+        self.add_file(path, Vec::new(), mode)?;
+        if let Some(node) = self.nodes.get_mut(path) {
+            *node = Node::Source { size, mode };
+        }
+        self.bytes = bytes;
+        Ok(())
+    }
+
+    /// Where the bytes of `node`, an entry of this tree, are, and its mode;
+    /// `None` for a directory.
+    pub(crate) fn file<'t>(&'t self, node: &'t Node) -> Option<(Bytes<'t>, u32)> {
+        match node {
+            Node::File { contents, mode } => Some((Bytes::Held(contents), *mode)),
+            Node::Source { size, mode } => {
+                let source = self.source.as_deref().expect("a tree with source files has a source");
+                Some((Bytes::Source(source, *size), *mode))
             }
-            _ => Err(Error::Duplicate { path: path.to_owned(), reason: "filled twice or not an empty file" }),
+            Node::Dir { .. } => None,
         }
     }
 
@@ -175,7 +206,7 @@ impl Tree {
                 (*m, *explicit) = (mode, true);
                 Ok(())
             }
-            Some(Node::File { .. }) => {
+            Some(Node::File { .. } | Node::Source { .. }) => {
                 Err(Error::Duplicate { path: path.to_owned(), reason: "used for a file and a directory" })
             }
             None => {
@@ -195,7 +226,7 @@ impl Tree {
             end += 1;
             match self.nodes.get(dir) {
                 Some(Node::Dir { .. }) => {}
-                Some(Node::File { .. }) => {
+                Some(Node::File { .. } | Node::Source { .. }) => {
                     return Err(Error::Duplicate {
                         path: dir.to_owned(),
                         reason: "used for a file and a directory",
@@ -303,26 +334,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_listed_file_is_filled_once_within_the_byte_limit() {
+    fn source_files_count_their_sizes_against_the_byte_limit_as_they_are_added() {
         let limits = RequestLimits { max_bytes: 10, ..RequestLimits::default() };
-        let mut t = Tree::with_limits(limits);
-        t.add_file("a", Vec::new(), 0o644).unwrap();
-        t.add_file("b", Vec::new(), 0o644).unwrap();
-        t.add_dir("d", 0o755).unwrap();
-        t.fill("a", b"123456".to_vec(), 0o600).unwrap();
-        assert_eq!(t.get("a"), Some(&Node::File { contents: b"123456".to_vec(), mode: 0o600 }));
-        assert_eq!(t.total_bytes(), 6);
-        let err = t.fill("b", b"12345".to_vec(), 0o644).unwrap_err();
+        let root = rustix::fs::open(".", rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty()).unwrap();
+        let mut t = Tree::from_source(limits, Source::new(root, "src"));
+        t.add_source_file("a", 6, 0o600).unwrap();
+        assert_eq!(t.get("a"), Some(&Node::Source { size: 6, mode: 0o600 }));
+        assert!(matches!(t.file(t.get("a").unwrap()), Some((Bytes::Source(_, 6), 0o600))));
+        let err = t.add_source_file("b", 5, 0o644).unwrap_err();
         assert!(matches!(err, Error::Limit { actual: 11, .. }), "{err:?}");
-        assert_eq!(
-            t.get("b"),
-            Some(&Node::File { contents: Vec::new(), mode: 0o644 }),
-            "b is left as it was"
-        );
-        assert!(t.fill("a", b"x".to_vec(), 0o644).is_err(), "filled twice");
-        assert!(t.fill("d", b"x".to_vec(), 0o644).is_err(), "a directory");
-        assert!(t.fill("nope", b"x".to_vec(), 0o644).is_err(), "not listed");
-        assert_eq!(t.total_bytes(), 6);
+        assert_eq!(t.get("b"), None, "b is not added");
+        assert!(t.add_source_file("a", 1, 0o644).is_err(), "named twice");
+        assert_eq!((t.total_bytes(), t.file_count()), (6, 1));
     }
 
     #[test]

@@ -2,22 +2,24 @@
 //! link: the reader of CLI sources and of targets to compare against.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::cancel::Cancel;
 use super::error::{Error, Result, Step};
-use super::parallel;
 use super::resolve::open_file_beneath;
+use super::source::Source;
 use super::sys::{Kind, join, kind_at, kind_of, open_dir, open_file};
 use super::tree::{MODE_MASK, RequestLimits, Tree};
 
 /// One entry met while walking a directory on disk.
-pub(crate) struct Seen {
+pub(crate) struct Seen<'a> {
     /// Path relative to the walked directory.
     pub path: String,
+    /// The directory holding it, open while it is visited.
+    pub dir: BorrowedFd<'a>,
+    /// Its name in `dir`.
+    pub name: &'a str,
     /// What it is: the type its directory entry gives (`d_type`), or, on a
     /// file system that gives none, what a `statat` says.
     pub kind: Kind,
@@ -171,7 +173,7 @@ pub(crate) fn walk(
     dir: BorrowedFd<'_>,
     dir_path: &str,
     max_listing: usize,
-    visit: &mut dyn FnMut(&Seen) -> Result<()>,
+    visit: &mut dyn FnMut(&Seen<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut stack = DirStack::new(dir, dir_path);
     // The entries still to visit in each directory of the path, last first.
@@ -187,15 +189,16 @@ pub(crate) fn walk(
         let path = join(stack.rel(), &entry.name);
         let kind = entry_kind(stack.top(), &entry, &stack.child_path(&entry.name))?;
         if kind != Kind::Dir {
-            visit(&Seen { path, kind, mode: 0 })?;
+            visit(&Seen { path, dir: stack.top(), name: &entry.name, kind, mode: 0 })?;
             continue;
         }
         match enter_listed(&mut stack, &entry.name)? {
             Ok(mode) => {
-                visit(&Seen { path, kind, mode })?;
+                // Entered already: `dir` is the directory itself, `name` `.`.
+                visit(&Seen { path, dir: stack.top(), name: ".", kind, mode })?;
                 pending.push(sorted_desc(list_entries(stack.top(), stack.path(), max_listing)?));
             }
-            Err(now) => visit(&Seen { path, kind: now, mode: 0 })?,
+            Err(now) => visit(&Seen { path, dir: stack.top(), name: &entry.name, kind: now, mode: 0 })?,
         }
     }
     Ok(())
@@ -447,19 +450,13 @@ fn read_sized(fd: &OwnedFd, path: &str, size: u64, max: u64, cancel: &Cancel<'_>
 }
 
 /// Read the tree at `name` in `parent` (a CLI source): every regular file
-/// with its bytes and mode, every directory with its mode. Anything else (a
-/// symlink, a fifo, a device) is an error naming it. Limits are enforced
-/// as the tree is read: paths and counts while walking, before any file is
-/// opened; bytes from each file's `fstat` before its bytes are read, so a
-/// huge source fails once what was read and what the next file claims pass
-/// the limit, and never holds more than the limit in memory.
-///
-/// The walk checks every path and kind first (from the listings); then the
-/// files are read from up to as many threads as there are CPUs (reading
-/// from the page cache is CPU work: copies and page faults), each opened
-/// beneath the root again (a link put on the way since is refused), checked
-/// with `fstat` and read against the bytes left; the first failure in walk
-/// order is the one reported.
+/// with its size and mode, every directory with its mode; the bytes stay
+/// in the source and are read when a sync compares or stages them
+/// ([`Node::Source`](super::tree::Node::Source), see `source.rs`), so the
+/// tree holds the names, not the contents. Anything else (a symlink, a
+/// fifo, a device) is an error naming it. Limits are enforced as the tree
+/// is read: paths, counts and bytes (each file's size from a `statat`
+/// through its directory's fd, never following a link) while walking.
 pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &RequestLimits) -> Result<Tree> {
     match kind_at(parent, name, path)?.0 {
         Kind::Dir => {}
@@ -468,58 +465,26 @@ pub fn read_tree(parent: BorrowedFd<'_>, name: &str, path: &str, limits: &Reques
         _ => return Err(Error::NotADirectory { path: path.to_owned() }),
     }
     let root = open_dir(parent, name, path)?;
-    let mut tree = Tree::with_limits(*limits);
-    let mut files: Vec<Listed> = Vec::new();
+    // The walk borrows the root; the tree keeps a second fd of it.
+    let mut tree = Tree::from_source(*limits, Source::new(super::resolve::reopen(root.as_fd())?, path));
     walk(root.as_fd(), path, source_listing_max(limits), &mut |seen| {
         let shown = join(path, &seen.path);
         match seen.kind {
             Kind::Dir => tree.add_dir(&seen.path, seen.mode),
             Kind::File => {
-                // Its mode and bytes are filled in once it is read.
-                tree.add_file(&seen.path, Vec::new(), 0)?;
+                // Its names are checked before anything is asked of the file.
                 tree.check_limits(limits)?;
-                files.push(Listed { rel: seen.path.clone(), read: OnceLock::new() });
-                Ok(())
+                let st = rustix::fs::statat(seen.dir, seen.name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| super::sys::kind_error(e, &shown, Step::Read))?;
+                match kind_of(rustix::fs::FileType::from_raw_mode(st.st_mode as _)) {
+                    Kind::File => tree.add_source_file(&seen.path, st.st_size as u64, st.st_mode & MODE_MASK),
+                    // Replaced since it was listed.
+                    now => Err(unsupported(now, &shown).unwrap_or(Error::NotAFile { path: shown })),
+                }
             }
             other => unsupported(other, &shown).map_or(Ok(()), Err),
         }
     })?;
-    // The bytes claimed so far: each file reserves its `fstat` size before
-    // it is read, and may hold what the others leave of the budget;
-    // `Tree::fill` checks the total of what was really read.
-    let claimed = AtomicU64::new(0);
-    let over = |actual: u64| Error::Limit { what: "bytes in one sync", limit: limits.max_bytes, actual };
-    let _ = parallel::try_for_each(&files, parallel::per_file_threads(files.len()), |file| {
-        let shown = join(path, &file.rel);
-        let got = open_stat(root.as_fd(), &file.rel, &shown).and_then(|(fd, meta)| {
-            if meta.kind != Kind::File {
-                return Err(unsupported(meta.kind, &shown).unwrap_or(Error::NotAFile { path: shown.clone() }));
-            }
-            let before = claimed.fetch_add(meta.size, Ordering::Relaxed);
-            let left = limits.max_bytes.saturating_sub(before);
-            match read_sized(&fd, &shown, meta.size, left, &Cancel::NEVER) {
-                Ok(contents) => Ok((contents, meta.mode)),
-                // Over what was left, by its size or grown while read.
-                Err(Error::TooLarge { actual, .. }) => Err(over(before + actual)),
-                Err(e) => Err(e),
-            }
-        });
-        let failed = got.is_err();
-        let _ = file.read.set(got);
-        // Stops handing out files; those before this one still finish, so
-        // the first failure in walk order is among the results.
-        if failed { Err(Error::Cancelled { path: shown }) } else { Ok(()) }
-    });
-    for file in files {
-        match file.read.into_inner() {
-            Some(Ok((contents, mode))) => tree.fill(&file.rel, contents, mode)?,
-            Some(Err(e)) => return Err(e),
-            // Not handed out because an earlier file failed: files are
-            // handed out in walk order and every one handed out finishes,
-            // so that failure was returned above before this one is met.
-            None => return Err(Error::Cancelled { path: join(path, &file.rel) }),
-        }
-    }
     Ok(tree)
 }
 
@@ -531,13 +496,6 @@ fn unsupported(kind: Kind, path: &str) -> Option<Error> {
         Kind::Other(kind) => Some(Error::UnsupportedEntry { path: path.to_owned(), kind }),
         Kind::File | Kind::Dir | Kind::Missing => None,
     }
-}
-
-/// A regular file the walk of a source listed: its path, and what reading
-/// it gave (its bytes and mode).
-struct Listed {
-    rel: String,
-    read: OnceLock<Result<(Vec<u8>, u32)>>,
 }
 
 /// The regular files beneath `dir`, durasync's own entries (its lock file,

@@ -8,6 +8,7 @@ pub mod fake_registry;
 pub mod go_toolchain;
 pub mod http_server;
 pub mod oci_artifacts;
+pub mod peak;
 pub mod registry;
 pub mod sigstore;
 pub mod snapshot;
