@@ -98,7 +98,7 @@ use super::marker::{is_marked, mark_in, unmark_in};
 use super::names::{DATA_LINK, LOCK_NAME, Leftover, entry_link, gen_name, is_reserved, leftover_name};
 use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
-use super::sync::{Carried, FILL_MODE, build_staging, recheck_staging, stamp_staging, target_state};
+use super::staging::{Carried, FILL_MODE, build_staging, recheck_staging, stamp_staging};
 use super::sys::{Kind, Sys, join, kind_at, open_dir};
 use super::tree::{IMPLIED_DIR_MODE, Tree};
 use super::walk::{list_own_names, read_file_at};
@@ -210,7 +210,13 @@ pub(crate) fn sync_linked(
     let sys = Sys::new(opts.probe);
     let _lock = lock(&sys, parent, ".")?;
     remove_leftovers_or_defer(&sys, parent)?;
-    let (exists, _) = target_state(parent, name)?;
+    // Checked again under the lock, as `sync_dir` checked it before.
+    let exists = match kind_at(parent, name, name)?.0 {
+        Kind::Dir => true,
+        Kind::Missing => false,
+        Kind::Symlink => return Err(Error::Symlink { path: name.to_owned() }),
+        _ => return Err(Error::NotADirectory { path: name.to_owned() }),
+    };
     if !exists {
         return create_linked(&sys, parent, name, tree, opts);
     }

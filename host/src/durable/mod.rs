@@ -18,6 +18,8 @@
 //! And the pieces they share:
 //!
 //! - `replace_one`: the one-file path of a sync.
+//! - `staging`: building a staging tree (or a generation), carrying
+//!   unchanged files, making it durable.
 //! - [`flush`]: how a staging tree is made durable (fsync or syncfs).
 //! - [`gate`]: the check asked before the swap, and the re-check of an exposed staged copy.
 //! - `marker`: the "unsynced" marker left by a failed commit fsync.
@@ -102,6 +104,7 @@ mod replace_one;
 pub mod report;
 pub mod resolve;
 mod source;
+mod staging;
 pub mod sync;
 mod sys;
 pub mod tree;

@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod artifact;
 mod bindings;
 pub mod cache;
 mod call;

@@ -29,7 +29,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::cache::trusted;
+use super::artifact::trusted;
 
 /// What identifies one state of a file: where it lives and when it last
 /// changed.

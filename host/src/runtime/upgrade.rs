@@ -2,7 +2,7 @@
 //! background.
 //!
 //! The first load of a component the cache does not hold runs the artifact
-//! Winch compiled (`cache.rs`) and calls [`start`]: a detached process of
+//! Winch compiled (`cache.rs`) and calls `start`: a detached process of
 //! the same binary (the compile child's subcommand with `--upgrade`) reads
 //! the component on stdin and then, with nobody waiting for it:
 //!
@@ -10,7 +10,7 @@
 //!    one upgrade at a time per cache. A busy lock ends this one; a later
 //!    load of the Winch artifact starts it again;
 //! 2. compiles with Cranelift in a compile child, with that child's deadline
-//!    and lower priority ([`OutOfProcess::compile`]), which stores the
+//!    and lower priority (`OutOfProcess::compile`), which stores the
 //!    artifact atomically. Like every compile child it waits for the cache's
 //!    compile lock ([`compiler::COMPILE_LOCK`]): one compile at a time, so
 //!    a node's memory holds one compile's peak, and a first start of
@@ -33,7 +33,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::cache;
+use super::artifact;
 use super::compiler::{self, Compiler, OutOfProcess};
 use super::errors::Error;
 
@@ -129,7 +129,7 @@ pub fn serve(child: &OutOfProcess, artifact: &Path, sha256: &str, replaces: &Pat
         return Ok(());
     }
     let engine = compiler::engine(Compiler::Cranelift)?;
-    let done = matches!(cache::try_load(&engine, artifact), Ok(Some(_)));
+    let done = matches!(artifact::try_load(&engine, artifact), Ok(Some(_)));
     if !done && let Err(why) = child.compile(Compiler::Cranelift, &wasm, sha256, artifact) {
         let _ = write_note(artifact, &why);
         return Err(Error::Io {

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::Error;
-use crate::runtime::cache::trusted;
+use crate::runtime::artifact::trusted;
 
 /// The blob store.
 pub(crate) struct Store {
