@@ -5,7 +5,7 @@
 //! Reading trees from disk lives in [`super::walk`], comparing one with a
 //! directory in [`super::diff`]. A tree read from disk holds its files'
 //! sizes, not their bytes: those stay in its source directory
-//! ([`super::source`]) until a sync compares or stages them.
+//! (`source.rs`) until a sync compares or stages them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ pub enum Node {
     /// compares or stages it.
     Source {
         /// Its size when the source was read (a copy of another size is
-        /// refused: see [`super::source`]).
+        /// refused: see `source.rs`).
         size: u64,
         /// Its exact permission bits.
         mode: u32,
