@@ -91,14 +91,14 @@ use super::cancel::Cancel;
 use super::diff::{Carry, compare, compare_carrying, file_holds};
 use super::error::{Error, Result, Step, committed, flags_unsupported, unsupported_or};
 use super::flush::choose as choose_flush;
-use super::gate::{self, StagedKind};
+use super::gate;
 use super::linked::{current_name, kind_name, read_link};
 use super::lock::lock;
 use super::marker::{is_marked, mark_in, unmark_in};
 use super::names::{DATA_LINK, LOCK_NAME, Leftover, entry_link, gen_name, is_reserved, leftover_name};
 use super::recover::{remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
-use super::staging::{Carried, FILL_MODE, build_staging, recheck_staging, stamp_staging};
+use super::staging::{Carried, FILL_MODE, Generation, ask_gate, build_staging};
 use super::sys::{Kind, Sys, join, kind_at, open_dir};
 use super::tree::{IMPLIED_DIR_MODE, Tree};
 use super::walk::{list_own_names, read_file_at};
@@ -347,45 +347,6 @@ pub(crate) fn sync_linked(
         written: tree.file_count() as u32,
         removed: plan.removed_files(),
     })
-}
-
-/// A generation being built: `name` in `dir` (shown as `dir_path`,
-/// relative to the target's parent), open as `fd`.
-struct Generation<'a> {
-    dir: BorrowedFd<'a>,
-    dir_path: &'a str,
-    fd: BorrowedFd<'a>,
-    name: &'a str,
-}
-
-/// The gate's word on the new generation, complete and durable, before
-/// anything can make it visible, as in any sync (`sync.rs`): it is shown as
-/// staged at `<target>/<generation>` (a path below the target's parent);
-/// when the gate exposes it to a program, every entry is stamped before and
-/// checked after (`recheck_staging`): what was checked is what goes live.
-#[allow(clippy::too_many_arguments)]
-fn ask_gate(
-    sys: &Sys<'_>,
-    parent: BorrowedFd<'_>,
-    name: &str,
-    staged: &Generation<'_>,
-    tree: &Tree,
-    plan: Option<&super::diff::Plan>,
-    changed: &[String],
-    flush: &super::flush::Chosen,
-    opts: &Options<'_>,
-) -> Result<()> {
-    let Some(g) = opts.gate else { return Ok(()) };
-    let before = if g.exposes_staged() {
-        Some(stamp_staging(staged.dir, staged.name, staged.fd, tree)?)
-    } else {
-        None
-    };
-    let clock_past = before.as_ref().is_some_and(|b| gate::wait_past(gate::Stamp::newest(b)));
-    let shown = join(staged.dir_path, staged.name);
-    gate::ask(Some(g), parent, name, &shown, StagedKind::Dir, tree.file_count() as u64, plan, changed)?;
-    let Some(before) = before else { return Ok(()) };
-    recheck_staging(sys, staged.dir, staged.fd, staged.name, name, tree, &before, clock_past, flush, opts)
 }
 
 /// Make the lock file just created in `dir` durable (once: `pending` is

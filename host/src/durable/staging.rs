@@ -53,7 +53,7 @@ use super::cancel::Cancel;
 use super::diff::{Carry, compare};
 use super::error::{Error, Result, Step};
 use super::flush::Chosen;
-use super::gate;
+use super::gate::{self, StagedKind};
 use super::parallel;
 use super::recover::remove_tree;
 use super::resolve::open_beneath;
@@ -205,7 +205,7 @@ pub(super) fn build_staging(
 
 /// The [`gate::Stamp`] of the staging directory `staging` (by its name in
 /// `parent`) and of every path of `tree` beneath it (`stage`), in order.
-pub(super) fn stamp_staging(
+fn stamp_staging(
     parent: BorrowedFd<'_>,
     staging: &str,
     stage: BorrowedFd<'_>,
@@ -226,7 +226,7 @@ pub(super) fn stamp_staging(
 /// fsyncs made durable. With `clock_past` false equal ctimes prove
 /// nothing, so it is made durable again, as `flush` says, after the check.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn recheck_staging(
+fn recheck_staging(
     sys: &Sys<'_>,
     parent: BorrowedFd<'_>,
     stage: BorrowedFd<'_>,
@@ -284,6 +284,48 @@ pub(super) fn recheck_staging(
         sys.fsync_dir(fd.as_fd(), &shown, Step::FsyncDir)?;
     }
     sys.fsync_dir(stage, staging, Step::FsyncDir)
+}
+
+/// A staging tree being built (a sync's, or a generation of the symlink
+/// layout): `name` in `dir` (shown as `dir_path`, relative to the target's
+/// parent), open as `fd`.
+pub(super) struct Generation<'a> {
+    pub(super) dir: BorrowedFd<'a>,
+    pub(super) dir_path: &'a str,
+    pub(super) fd: BorrowedFd<'a>,
+    pub(super) name: &'a str,
+}
+
+/// The gate's word on a staging tree, complete and durable, before
+/// anything can make it visible (the swap, the switch): it is shown as
+/// staged at `dir_path/name` (below the target's parent); when the gate
+/// exposes it to a program, every entry is stamped once complete and
+/// durable (the clock then passes every stamp's ctime) and checked after
+/// ([`recheck_staging`]): what was checked is what goes live, durably.
+/// A refusal is discarded by the caller like any failure before the swap.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn ask_gate(
+    sys: &Sys<'_>,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    staged: &Generation<'_>,
+    tree: &Tree,
+    plan: Option<&super::diff::Plan>,
+    changed: &[String],
+    flush: &super::flush::Chosen,
+    opts: &Options<'_>,
+) -> Result<()> {
+    let Some(g) = opts.gate else { return Ok(()) };
+    let before = if g.exposes_staged() {
+        Some(stamp_staging(staged.dir, staged.name, staged.fd, tree)?)
+    } else {
+        None
+    };
+    let clock_past = before.as_ref().is_some_and(|b| gate::wait_past(gate::Stamp::newest(b)));
+    let shown = join(staged.dir_path, staged.name);
+    gate::ask(Some(g), parent, name, &shown, StagedKind::Dir, tree.file_count() as u64, plan, changed)?;
+    let Some(before) = before else { return Ok(()) };
+    recheck_staging(sys, staged.dir, staged.fd, staged.name, name, tree, &before, clock_past, flush, opts)
 }
 
 /// One file to create in the staging tree.

@@ -40,14 +40,14 @@ use rustix::fs::AtFlags;
 
 use super::error::{Error, Result, Step, committed, unsupported_or};
 use super::flush::choose as choose_flush;
-use super::gate::{self, StagedKind};
+use super::gate;
 use super::lock::lock;
 use super::marker::{is_marked, mark, unmark};
 use super::names::{Leftover, check_name, leftover_name};
 use super::previous::{keep_staging, keeps, remove_retired, retire_previous};
 use super::recover::{remove_committed_leftover, remove_leftovers, remove_leftovers_or_defer, remove_tree};
 use super::report::{Outcome, Report};
-use super::staging::{Carried, FILL_MODE, build_staging, discard, recheck_staging, stamp_staging};
+use super::staging::{Carried, FILL_MODE, Generation, ask_gate, build_staging, discard};
 use super::sys::{Kind, Sys, kind_at, open_dir};
 use super::tree::{IMPLIED_DIR_MODE, Tree};
 
@@ -167,34 +167,14 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
     // fsyncs or the syncfs above), before the mark and the swap: a
     // refusal is discarded like any failure before it.
     .and_then(|()| {
-        let Some(g) = opts.gate else { return Ok(()) };
+        if opts.gate.is_none() {
+            return Ok(());
+        }
         let plan = exists.then_some(&plan);
         // A marked target was compared only far enough to know it differs.
         let changed = gate::changed_paths(plan, !marked, tree);
-        let files = tree.file_count() as u64;
-        // Stamped once complete and durable, before anything else
-        // can see it; the clock then passes every stamp's ctime.
-        let before =
-            if exposed { Some(stamp_staging(parent, &staging, stage_fd.as_fd(), tree)?) } else { None };
-        let clock_past = before.as_ref().is_some_and(|b| gate::wait_past(gate::Stamp::newest(b)));
-        gate::ask(Some(g), parent, name, &staging, StagedKind::Dir, files, plan, &changed)?;
-        let Some(before) = before else { return Ok(()) };
-        // What was checked is what goes live, durably: the staged
-        // tree, once the gate's program is done with it, must be
-        // untouched since it was made durable — checked before the
-        // mark and the swap.
-        recheck_staging(
-            &sys,
-            parent,
-            stage_fd.as_fd(),
-            &staging,
-            name,
-            tree,
-            &before,
-            clock_past,
-            &flush,
-            opts,
-        )
+        let staged = Generation { dir: parent, dir_path: ".", fd: stage_fd.as_fd(), name: &staging };
+        ask_gate(&sys, parent, name, &staged, tree, plan, &changed, &flush, opts)
     });
     if let Err(mut e) = staged {
         if let Error::Cancelled { path } = &mut e {
