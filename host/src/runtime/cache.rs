@@ -131,6 +131,30 @@ impl Cache {
         try_load(engine, &self.path(engine, Compiler::Cranelift, sha256)?).ok().flatten()
     }
 
+    /// The artifact a load of `sha256` would use that needs no component
+    /// bytes, and its compiler: the Cranelift artifact, else the Winch one
+    /// while its upgrade is under way (the cache's upgrade lock is held) or
+    /// after it failed. `None` when the load would start an upgrade, which
+    /// reads the component.
+    pub(crate) fn load_without_bytes(
+        &self,
+        engines: &Engines,
+        sha256: &str,
+    ) -> Option<(Component, Compiler)> {
+        let cranelift = self.path(engines.cranelift, Compiler::Cranelift, sha256)?;
+        if let Ok(Some(c)) = try_load(engines.cranelift, &cranelift) {
+            return Some((c, Compiler::Cranelift));
+        }
+        self.compiler.as_ref()?;
+        let dir = cranelift.parent()?;
+        if upgrade::failed(&cranelift).is_none() && !upgrade::under_way(dir) {
+            return None;
+        }
+        let engine = &(engines.winch)().ok()?;
+        let component = try_load(engine, &self.path(engine, Compiler::Winch, sha256)?).ok().flatten()?;
+        Some((component, Compiler::Winch))
+    }
+
     /// The compiled component for `wasm` (whose sha256 is `sha256`) and the
     /// compiler that made it, from the cache when a trustworthy artifact is
     /// there, else compiled (and stored). `tiered`: with a compile child, a

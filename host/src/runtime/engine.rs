@@ -248,7 +248,8 @@ impl Runtime {
     /// (before compiling anything), compile, check the policy, link.
     ///
     /// A component file whose verified pin is remembered (`runtime/pins.rs`)
-    /// and whose precompiled artifact is cached is neither read nor hashed:
+    /// and whose precompiled artifact is cached (Cranelift's, or Winch's
+    /// while its upgrade runs or after it failed) is neither read nor hashed:
     /// one `stat` of the file, then the artifact is loaded and linked (its
     /// imports checked against the policy, as always).
     pub fn load_manifest(&self, manifest: &Manifest) -> Result<Plugin, Error> {
@@ -286,15 +287,14 @@ impl Runtime {
         if !pins.remembers(&FileState::of(&meta), pinned) {
             return Ok(None);
         }
-        let Some(component) = self.cache.load_cached(&self.engine, pinned) else { return Ok(None) };
-        let interface = Interface::of(&component, &self.engine);
-        let compiled = Compiled {
-            component,
-            sha256: pinned.clone(),
-            interface,
-            cache: CacheStatus::Hit,
-            compiler: Compiler::Cranelift,
+        let winch = || self.winch().map(|(e, _)| e.clone()).map_err(|e| e.to_string());
+        let engines = cache::Engines { cranelift: &self.engine, winch: &winch };
+        let Some((component, compiler)) = self.cache.load_without_bytes(&engines, pinned) else {
+            return Ok(None);
         };
+        let interface = Interface::of(&component, self.engine_of(compiler)?.0);
+        let compiled =
+            Compiled { component, sha256: pinned.clone(), interface, cache: CacheStatus::Hit, compiler };
         self.link(&manifest.name, compiled).map(Some)
     }
 

@@ -3,12 +3,15 @@
 //!
 //! The first load of a component the cache does not hold runs the artifact
 //! Winch compiled (`cache.rs`) and calls `start`: a detached process of
-//! the same binary (the compile child's subcommand with `--upgrade`) reads
-//! the component on stdin and then, with nobody waiting for it:
+//! the same binary (the compile child's subcommand with `--upgrade`):
 //!
 //! 1. takes the cache directory's upgrade lock (`.upgrade.lock`, `flock`):
 //!    one upgrade at a time per cache. A busy lock ends this one; a later
-//!    load of the Winch artifact starts it again;
+//!    load of the Winch artifact starts it again. Holding it, the process
+//!    says so on stdout and reads the component on stdin; `start` returns
+//!    then, and the rest runs with nobody waiting for it. While the lock is
+//!    held, a load of a remembered component runs the Winch artifact
+//!    without reading the component (`under_way`);
 //! 2. compiles with Cranelift in a compile child, with that child's deadline
 //!    and lower priority (`OutOfProcess::compile`), which stores the
 //!    artifact atomically. Like every compile child it waits for the cache's
@@ -27,7 +30,7 @@
 //! process from a thread. The process runs in its own process group, so a
 //! signal to the caller's group does not end it.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -52,9 +55,23 @@ pub(crate) fn failed(artifact: &Path) -> Option<String> {
     std::fs::read_to_string(note(artifact)).ok().map(|s| s.trim().to_owned())
 }
 
+/// Whether an upgrade holds the upgrade lock of the cache directory `dir`.
+///
+/// A load that sees one under way runs the Winch artifact without reading
+/// the component (nothing to start). The probe holds a shared lock for the
+/// length of one system call; an upgrade that starts in that instant finds
+/// the lock busy and ends, and the next load starts it again.
+pub(crate) fn under_way(dir: &Path) -> bool {
+    let Ok(lock) = std::fs::File::open(dir.join(LOCK)) else { return false };
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockShared)
+        == Err(rustix::io::Errno::WOULDBLOCK)
+}
+
 /// Start the upgrade of the Winch artifact `replaces` to a Cranelift one at
 /// `artifact` in a detached process (`child`'s program and arguments with
-/// `--upgrade`). Returns once the process has read the component; a
+/// `--upgrade`). Returns once the process holds the upgrade lock and has
+/// read the component (or has ended because another upgrade holds the
+/// lock), so a load right after this one sees the upgrade under way; a
 /// failure to start it is logged, and the Winch artifact stays in use.
 pub(crate) fn start(child: &OutOfProcess, wasm: &[u8], sha256: &str, artifact: &Path, replaces: &Path) {
     let spawned = Command::new(&child.program)
@@ -69,7 +86,7 @@ pub(crate) fn start(child: &OutOfProcess, wasm: &[u8], sha256: &str, artifact: &
         .arg("--sha256")
         .arg(sha256)
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .env("DURASYNC_LOG", "warn")
         .env("NO_COLOR", "1")
@@ -85,14 +102,26 @@ pub(crate) fn start(child: &OutOfProcess, wasm: &[u8], sha256: &str, artifact: &
             return;
         }
     };
-    // The process reads the whole component before it compiles: this
-    // returns within a pipe copy.
+    // The process takes the lock, says so with one byte on stdout, then
+    // reads the whole component before it compiles: this returns within a
+    // pipe copy. A process that found the lock busy ends without reading
+    // (the write fails, the byte never comes).
     let mut stdin = process.stdin.take().expect("piped");
-    if let Err(e) = stdin.write_all(wasm) {
-        tracing::warn!("cache: the Cranelift compile of {sha256} did not take the component: {e}");
-    }
+    let wrote = stdin.write_all(wasm);
     drop(stdin);
-    tracing::info!(sha256, pid = process.id(), "cache: compiling with Cranelift in the background");
+    let mut ack = [0u8; 1];
+    let locked = process.stdout.take().expect("piped").read(&mut ack).is_ok_and(|n| n == 1);
+    match (locked, wrote) {
+        (true, Ok(())) => {
+            tracing::info!(sha256, pid = process.id(), "cache: compiling with Cranelift in the background")
+        }
+        (true, Err(e)) => {
+            tracing::warn!("cache: the Cranelift compile of {sha256} did not take the component: {e}")
+        }
+        (false, _) => tracing::info!(
+            "cache: another Cranelift compile holds the cache's upgrade lock; a later load upgrades {sha256}"
+        ),
+    }
     // Reaped when it ends (a one-shot caller exits first; init reaps it).
     std::thread::spawn(move || process.wait());
 }
@@ -101,7 +130,6 @@ pub(crate) fn start(child: &OutOfProcess, wasm: &[u8], sha256: &str, artifact: &
 /// against `sha256`), then the steps of the module docs, compiling in a
 /// child started as `child` says.
 pub fn serve(child: &OutOfProcess, artifact: &Path, sha256: &str, replaces: &Path) -> Result<(), Error> {
-    let wasm = compiler::read_component(sha256)?;
     let dir = artifact.parent().unwrap_or(Path::new("."));
     let io = |what: String| move |e: std::io::Error| Error::Io { what, source: e };
     // Only a Winch artifact beside the one this stores is ever removed.
@@ -124,6 +152,11 @@ pub fn serve(child: &OutOfProcess, artifact: &Path, sha256: &str, replaces: &Pat
         Err(rustix::io::Errno::WOULDBLOCK) => return Ok(()),
         Err(e) => return Err(io(format!("locking {}", dir.join(LOCK).display()))(e.into())),
     }
+    // The caller waits for this byte: from here a load sees the upgrade
+    // under way (`under_way`) and does not start another.
+    let mut stdout = std::io::stdout();
+    let _ = stdout.write_all(b"L").and_then(|()| stdout.flush());
+    let wasm = compiler::read_component(sha256)?;
     if failed(artifact).is_some() {
         // An earlier upgrade failed: Winch's artifact stays.
         return Ok(());
