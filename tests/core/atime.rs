@@ -62,7 +62,7 @@ fn a_sync_and_an_unchanged_check_leave_the_access_times_of_what_they_read_alone(
     for path in read {
         assert_eq!(atime(&s.join(path)), OLD, "{path} was read without a new access time");
     }
-    // Unchanged now: both trees read side by side, nothing written.
+    // Unchanged now: both trees read, nothing written.
     for path in ["target/b", "target/c"] {
         make_old(&s.join(path));
     }

@@ -1,16 +1,17 @@
-//! The unchanged check of `durasync sync --from`
-//! ([`durable::sync_dir_unchanged_from`]): the source and the target read
-//! side by side, without the source in memory. It may answer `unchanged`
-//! only when `sync_dir` of the source's tree would: every difference, every
-//! source a sync would refuse, a target marked unsynced, and a target
-//! swapped after it was compared all fall through (`None`) to the full path.
+//! `durasync sync --from` of a source the target may already hold: the
+//! source read from disk as a [`Tree`] (names, sizes and modes; its bytes
+//! read only when compared or copied, `durable/source.rs`) and
+//! [`durable::sync_dir`]'s own compare answer `unchanged` from one walk and
+//! one comparison of each side. Every difference is synced, every source a
+//! sync refuses is refused even when the target holds the same, and a
+//! target marked unsynced is rewritten, never answered unchanged.
 
+use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::{fs, io};
 
-use durasync::durable::{self, Probe, RequestLimits, SysOp, Tree, read_tree};
-use rustix::fs::{CWD, RenameFlags};
+use durasync::durable::{self, Probe, RequestLimits, Tree, read_tree};
+use rustix::fs::CWD;
 use rustix::io::Errno;
 
 use crate::common::*;
@@ -34,9 +35,15 @@ fn twins() -> Scratch {
     s
 }
 
-fn check(s: &Scratch, probe: &dyn Probe, limits: RequestLimits) -> Option<durable::Report> {
+/// `sync --from src` into `target`, as the CLI does it.
+fn sync_from(s: &Scratch, probe: &dyn Probe, limits: RequestLimits) -> durable::Result<durable::Report> {
     let opts = durable::Options { limits, ..opts(probe, 4) };
-    durable::sync_dir_unchanged_from(s.fd(), "target", s.fd(), "src", "src", &opts)
+    let tree = read_tree(s.fd(), "src", "src", &limits)?;
+    durable::sync_dir(s.fd(), "target", &tree, &opts)
+}
+
+fn outcome(s: &Scratch, probe: &dyn Probe, limits: RequestLimits) -> durable::Outcome {
+    sync_from(s, probe, limits).unwrap().outcome
 }
 
 #[test]
@@ -44,7 +51,7 @@ fn identical_trees_are_answered_unchanged_with_nothing_written() {
     let s = twins();
     let before = snapshot(s.path());
     let rec = Recorder::default();
-    let r = check(&s, &rec, RequestLimits::default()).expect("the same trees are unchanged");
+    let r = sync_from(&s, &rec, RequestLimits::default()).unwrap();
     assert_eq!((r.outcome, r.written, r.removed), (durable::Outcome::Unchanged, 0, 0));
     assert_eq!(rec.keys().iter().map(|k| k.kind).collect::<Vec<_>>(), ["lock"], "only the lock is taken");
     let mut after = snapshot(s.path());
@@ -53,7 +60,7 @@ fn identical_trees_are_answered_unchanged_with_nothing_written() {
 }
 
 #[test]
-fn every_kind_of_difference_falls_through_to_the_full_sync() {
+fn every_kind_of_difference_is_synced() {
     type Change = fn(&Path);
     let changes: [(&str, Change); 11] = [
         ("one byte of a small file", |t| fs::write(t.join("f0042"), [9u8; 4096]).unwrap()),
@@ -85,26 +92,29 @@ fn every_kind_of_difference_falls_through_to_the_full_sync() {
     for (what, change) in changes {
         let s = twins();
         change(&s.join("target"));
-        assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_none(), "{what}: not unchanged");
-        // And the full path makes the target the source.
-        let tree = read_tree(s.fd(), "src", "src", &RequestLimits::default()).unwrap();
-        let r = durable::sync_dir(s.fd(), "target", &tree, &opts(&durable::NoProbe, 4)).unwrap();
+        let r = sync_from(&s, &durable::NoProbe, RequestLimits::default()).unwrap();
         assert_eq!(r.outcome, durable::Outcome::Replaced, "{what}");
         assert_eq!(snapshot(&s.join("target")), snapshot(&s.join("src")), "{what}");
     }
 }
 
 #[test]
-fn a_source_that_a_sync_would_refuse_is_never_answered_unchanged() {
+fn a_source_that_a_sync_would_refuse_is_refused_even_when_the_target_holds_the_same() {
     // Each entry is put into both trees: they are the same, but the source
-    // is not a tree durasync syncs, so the full path must refuse it.
+    // is not a tree durasync syncs.
     let both = |s: &Scratch, make: &dyn Fn(&Path)| {
         make(&s.join("src"));
         make(&s.join("target"));
     };
+    let refused = |s: &Scratch, limits: RequestLimits, what: &str| {
+        let before = snapshot(s.path());
+        let err = sync_from(s, &durable::NoProbe, limits).expect_err(what);
+        assert_eq!(snapshot(s.path()), before, "{what}: nothing changed");
+        err
+    };
     let s = twins();
     both(&s, &|d| std::os::unix::fs::symlink("/etc", d.join("link")).unwrap());
-    assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_none(), "a link");
+    refused(&s, RequestLimits::default(), "a link");
 
     let s = twins();
     both(&s, &|d| {
@@ -117,11 +127,11 @@ fn a_source_that_a_sync_would_refuse_is_never_answered_unchanged() {
         )
         .unwrap()
     });
-    assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_none(), "a fifo (and no wait on it)");
+    refused(&s, RequestLimits::default(), "a fifo (and no wait on it)");
 
     let s = twins();
     both(&s, &|d| fs::write(d.join(durable::names::LOCK_NAME), b"").unwrap());
-    assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_none(), "a name reserved for durasync");
+    refused(&s, RequestLimits::default(), "a name reserved for durasync");
 
     let limits = [
         RequestLimits { max_files: 72, ..RequestLimits::default() },
@@ -131,12 +141,12 @@ fn a_source_that_a_sync_would_refuse_is_never_answered_unchanged() {
     ];
     let s = twins();
     for limits in limits {
-        assert!(check(&s, &durable::NoProbe, limits).is_none(), "over {limits:?}");
-        let err = read_tree(s.fd(), "src", "src", &limits).unwrap_err();
-        assert!(matches!(err, durable::Error::Limit { .. }), "the full path names the limit: {err}");
+        let err = refused(&s, limits, &format!("over {limits:?}"));
+        assert!(matches!(err, durable::Error::Limit { .. }), "the limit is named: {err}");
     }
-    assert!(
-        check(&s, &durable::NoProbe, RequestLimits::default()).is_some(),
+    assert_eq!(
+        outcome(&s, &durable::NoProbe, RequestLimits::default()),
+        durable::Outcome::Unchanged,
         "within the limits it is unchanged"
     );
 }
@@ -154,49 +164,13 @@ fn a_target_whose_last_commit_failed_is_not_answered_unchanged() {
     fs::write(s.join("src/added"), b"new").unwrap();
     assert_eq!(snapshot(&s.join("target")), snapshot(&s.join("src")));
 
-    assert!(
-        check(&s, &durable::NoProbe, RequestLimits::default()).is_none(),
-        "what was read may not be durable"
-    );
     let rec = Recorder::default();
-    let r = durable::sync_dir(s.fd(), "target", &new, &opts(&rec, 4)).unwrap();
-    assert_eq!(r.outcome, durable::Outcome::Replaced, "the full path rewrites it");
-    assert!(check(&s, &durable::NoProbe, RequestLimits::default()).is_some(), "durable again: unchanged");
-}
-
-/// Exchanges `target` with `twin` (an identical copy, another inode) when
-/// the lock is taken: between the comparison and its confirmation.
-struct SwapAtLock<'a> {
-    dir: &'a Path,
-}
-
-impl Probe for SwapAtLock<'_> {
-    fn before(&self, op: &SysOp<'_>) -> io::Result<()> {
-        if matches!(op, SysOp::Lock { .. }) {
-            rustix::fs::renameat_with(
-                CWD,
-                self.dir.join("target"),
-                CWD,
-                self.dir.join("twin"),
-                RenameFlags::EXCHANGE,
-            )?;
-        }
-        Ok(())
-    }
-}
-
-#[test]
-fn a_target_swapped_after_it_was_compared_is_not_answered_unchanged() {
-    let s = twins();
-    write_tree(&s.join("twin"), &source_tree(), 0o755);
-    let swap = SwapAtLock { dir: s.path() };
-    assert!(
-        check(&s, &swap, RequestLimits::default()).is_none(),
-        "the directory compared is no longer the target"
-    );
-    assert!(
-        check(&s, &durable::NoProbe, RequestLimits::default()).is_some(),
-        "the new one, compared, is unchanged"
+    let r = sync_from(&s, &rec, RequestLimits::default()).unwrap();
+    assert_eq!(r.outcome, durable::Outcome::Replaced, "what was read may not be durable: rewritten");
+    assert_eq!(
+        outcome(&s, &durable::NoProbe, RequestLimits::default()),
+        durable::Outcome::Unchanged,
+        "durable again: unchanged"
     );
 }
 

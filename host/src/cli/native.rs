@@ -207,19 +207,6 @@ pub fn sync(args: &SyncArgs) -> Result<()> {
     let src_dir = open_dir(&src_parent)?;
     let parent_fd = open_dir(&parent)?;
     let src_path = from.display().to_string();
-    // Unchanged, as most runs of a periodic sync are: answered from the two
-    // trees side by side, without reading the source into memory first.
-    if let Some(report) = durable::sync_dir_unchanged_from(
-        parent_fd.as_fd(),
-        &name,
-        src_dir.as_fd(),
-        &src_name,
-        &src_path,
-        &opts,
-    ) {
-        print_report(&args.target, &report, args.json);
-        return Ok(());
-    }
     let tree = durable::read_tree(src_dir.as_fd(), &src_name, &src_path, &opts.limits)
         .with_context(|| format!("reading source {}", from.display()))?;
     let report = durable::sync_dir(parent_fd.as_fd(), &name, &tree, &opts)

@@ -151,7 +151,7 @@ impl Attrs {
     /// own uid for the owner (a file someone else owns is rewritten).
     pub(crate) fn owner_fits(&self, uid: u32, gid: u32) -> bool {
         let owner = match self.owner {
-            IdRule::Process => uid == rustix::process::geteuid().as_raw(),
+            IdRule::Process => uid == process_ids().0,
             IdRule::Keep => true,
             IdRule::Id(id) => uid == id,
         };
@@ -496,8 +496,10 @@ fn ids_of(planned: &Planned, own: (u32, u32)) -> (u32, u32) {
 }
 
 /// The process's effective ids: what a new inode gets without `fchown`.
+/// Read once: durasync never changes them, and a compare asks per file.
 fn process_ids() -> (u32, u32) {
-    (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
+    static IDS: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *IDS.get_or_init(|| (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()))
 }
 
 /// What every staged inode of a sync gets: its root (the target directory),

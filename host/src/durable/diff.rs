@@ -4,15 +4,15 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::attrs::Attrs;
 use super::error::{Error, Result, Step};
 use super::parallel;
 use super::source::Bytes;
 use super::sys::{Kind, join};
-use super::tree::{Node, RequestLimits, Tree};
-use super::walk::{Meta, open_stat, source_listing_max, walk};
+use super::tree::{Node, Tree};
+use super::walk::{Meta, open_stat, walk};
 
 /// How an existing directory differs from a requested tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -258,112 +258,6 @@ fn changed_contents(
         carry.into_inner().unwrap_or_else(|p| p.into_inner()),
     ))
 }
-
-/// Whether the directory `target` holds exactly the tree of the directory
-/// `src` (names, kinds, modes and bytes), read side by side: the unchanged
-/// check of `durasync sync --from`, which never brings the source into
-/// memory (each comparison holds at most two chunks of one file). `true`
-/// only when the source is also a tree a sync would accept: every path
-/// passes [`Tree`]'s rules and `limits`, with nothing but regular files and
-/// directories. `false` means "not shown to be the same", never an error:
-/// the caller then reads the source as a [`Tree`] and syncs it, which names
-/// any problem.
-///
-/// The walks read only the listings (and `open` + `fstat` each
-/// directory); per file pair: an `open` and `fstat` on each side, and once
-/// kind, mode and size agree, one read of size + 1 bytes (a short read is
-/// the end of a regular file) and a `close` on each side, from several
-/// threads for larger trees like [`compare`].
-pub(crate) fn same_tree(
-    src: BorrowedFd<'_>,
-    src_path: &str,
-    target: BorrowedFd<'_>,
-    target_path: &str,
-    limits: &RequestLimits,
-) -> bool {
-    // The walks stop at the first difference with an error nobody sees.
-    let stop = || Error::Cancelled { path: String::new() };
-    // 1. The source's shape, checked by the rules a sync applies (a tree of
-    // empty files: no byte is read), and what each path must be.
-    let mut shape = Tree::with_limits(*limits);
-    let mut want: HashMap<String, (Kind, u32)> = HashMap::new();
-    let shaped = walk(src, src_path, source_listing_max(limits), &mut |seen| {
-        match seen.kind {
-            Kind::Dir => shape.add_dir(&seen.path, seen.mode)?,
-            Kind::File => shape.add_file(&seen.path, Vec::new(), 0)?,
-            _ => return Err(stop()),
-        }
-        want.insert(seen.path.clone(), (seen.kind, seen.mode));
-        Ok(())
-    });
-    if shaped.is_err() {
-        return false;
-    }
-    drop(shape);
-    // 2. The target, entry by entry: every entry of the source met, nothing
-    // else. The first few files are compared right away: a tree whose files
-    // all changed (a rotation) is then told apart after one file, not after
-    // a walk of the whole target.
-    let bytes = AtomicU64::new(0);
-    let same = |rel: &str| same_file(src, target, target_path, rel, &bytes, limits.max_bytes);
-    let mut files: Vec<String> = Vec::new();
-    let mut inline = 0usize;
-    let mut met = 0usize;
-    // No directory of the target can hold more entries than the whole
-    // source and still be the same.
-    let walked = walk(target, target_path, want.len(), &mut |seen| {
-        match want.get(&seen.path) {
-            Some(&(Kind::File, _)) if seen.kind == Kind::File => {
-                if inline < SAME_INLINE {
-                    inline += 1;
-                    if !same(&seen.path) {
-                        return Err(stop());
-                    }
-                } else {
-                    files.push(seen.path.clone());
-                }
-            }
-            Some(&(Kind::Dir, mode)) if seen.kind == Kind::Dir && seen.mode == mode => {}
-            _ => return Err(stop()),
-        }
-        met += 1;
-        Ok(())
-    });
-    if walked.is_err() || met != want.len() {
-        return false;
-    }
-    // 3. The rest of the files.
-    let threads = parallel::per_file_threads(files.len());
-    parallel::try_for_each(&files, threads, |rel| if same(rel) { Ok(()) } else { Err(stop()) }).is_ok()
-}
-
-/// Whether `rel` beneath `src` and `target` is a regular file on both
-/// sides with the same mode, size and bytes ([`same_bytes`]), its size
-/// added to `bytes`, which must stay within `max` (the source's bytes
-/// within the sync's limit). A file that cannot be opened is "not the
-/// same".
-fn same_file(
-    src: BorrowedFd<'_>,
-    target: BorrowedFd<'_>,
-    target_path: &str,
-    rel: &str,
-    bytes: &AtomicU64,
-    max: u64,
-) -> bool {
-    let shown = join(target_path, rel);
-    let regular = |dir| open_stat(dir, rel, &shown).ok().filter(|(_, m)| m.kind == Kind::File);
-    let (Some((ours, a)), Some((theirs, b))) = (regular(src), regular(target)) else {
-        return false;
-    };
-    a.mode == b.mode
-        && a.size == b.size
-        && bytes.fetch_add(a.size, Ordering::Relaxed).saturating_add(a.size) <= max
-        && same_bytes(&ours, &theirs, a.size)
-}
-
-/// How many files [`same_tree`] compares while it walks the target, before
-/// it leaves the rest to the threads.
-const SAME_INLINE: usize = 8;
 
 /// The largest read a comparison makes.
 const SAME_CHUNK: u64 = 1 << 20;

@@ -83,7 +83,7 @@
 //!   what is in it (`attrs.rs`).
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 use super::Options;
 use super::attrs;
@@ -133,29 +133,6 @@ impl std::fmt::Display for Layout {
             Layout::Symlink => "symlink",
         })
     }
-}
-
-/// For the unchanged check without reading a source
-/// (`sync_dir_unchanged_from`): when the directory `dir` is in the layout
-/// as a change leaves it (every entry the layout's link to a name the
-/// current generation has, every such name linked, not marked unsynced),
-/// its current generation's name and fd; `Ok(None)` otherwise (the caller
-/// then takes the full path, which names any problem).
-pub(crate) fn settled_generation(dir: BorrowedFd<'_>, shown: &str) -> Result<Option<(String, OwnedFd)>> {
-    let Some(current) = current_name(dir, shown)? else { return Ok(None) };
-    if is_marked(dir, DATA_LINK)? {
-        return Ok(None);
-    }
-    let generation = open_dir(dir, &current, &join(shown, &current))?;
-    let found = entries(dir, shown)?;
-    if !found.foreign.is_empty() {
-        return Ok(None);
-    }
-    let names = list_own_names(generation.as_fd(), &join(shown, &current))?;
-    let linked: BTreeSet<&str> = found.linked.iter().map(String::as_str).collect();
-    let in_generation: BTreeSet<&str> =
-        names.iter().map(String::as_str).filter(|n| !is_reserved(n)).collect();
-    Ok((linked == in_generation).then_some((current, generation)))
 }
 
 /// A directory's entries, as the layout sorts them.

@@ -63,12 +63,6 @@ pub(crate) fn current_generation(dir: BorrowedFd<'_>, shown: &str) -> Result<Opt
     }
 }
 
-/// The current generation's name of `dir`, when it is in the layout
-/// (`None` otherwise or when `.durasync-data` is not as the layout leaves it).
-pub(crate) fn current_of(dir: BorrowedFd<'_>, shown: &str) -> Option<String> {
-    current_name(dir, shown).ok().flatten()
-}
-
 /// When the entry `name` of `dir` is the layout's link to it
 /// (`name -> .durasync-data/name` in a directory in the layout): the
 /// current generation, in which the caller opens `name` instead. Any other

@@ -128,7 +128,7 @@ pub use recover::recover;
 pub use remove::remove;
 pub use report::{Outcome, Report};
 pub use resolve::{open_beneath, split_last};
-pub use sync::{plan_sync, sync_dir, sync_dir_unchanged_from};
+pub use sync::{plan_sync, sync_dir};
 pub use tree::{Node, RequestLimits, Tree};
 pub use walk::read_tree;
 pub use write::write_file;

@@ -32,11 +32,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::Options;
 use super::attrs;
 use super::cancel::Cancel;
-use super::diff::{Carry, Plan, compare, compare_carrying, same_tree};
+use super::diff::{Carry, Plan, compare, compare_carrying};
 use super::layout::{self, Layout};
 use super::linked;
 use super::replace_one::{one_changed_file, replace_one_file};
-use rustix::fs::AtFlags;
 
 use super::error::{Error, Result, Step, committed, unsupported_or};
 use super::flush::choose as choose_flush;
@@ -240,83 +239,6 @@ pub fn sync_dir(parent: BorrowedFd<'_>, name: &str, tree: &Tree, opts: &Options<
         written: tree.file_count() as u32,
         removed: plan.removed_files(),
     })
-}
-
-/// The unchanged answer of [`sync_dir`] for the tree of the directory
-/// `src_name` in `src_parent` (`durasync sync --from`), found without
-/// reading that tree into memory: `Some` when the target already holds it
-/// durably, `None` when that is not shown (the caller then reads the source
-/// with [`read_tree`](super::read_tree) and calls [`sync_dir`], which
-/// names any problem). Never an error: any doubt is `None`.
-///
-/// The comparison runs before the lock, so a source that would be refused
-/// changes nothing, as with [`sync_dir`]. It is then confirmed under the
-/// lock, where [`sync_dir`] would decide: leftovers are handled the same
-/// way, the target must not be marked unsynced, and the directory at `name`
-/// must still be the one compared (same device and inode). Any swap since
-/// gave `name` another inode; an unsynced mark means what was read may not
-/// be durable. A sync that replaced one file of the target after it was
-/// read leaves the inode in place: that sync is then simply the later of
-/// the two, each atomic, and the answer stays true of the moment it was
-/// read, which is when this call takes effect.
-pub fn sync_dir_unchanged_from(
-    parent: BorrowedFd<'_>,
-    name: &str,
-    src_parent: BorrowedFd<'_>,
-    src_name: &str,
-    src_path: &str,
-    opts: &Options<'_>,
-) -> Option<Report> {
-    let unchanged = || -> Result<bool> {
-        check_name(name)?;
-        // The side-by-side walk compares bytes and modes, not owners: a
-        // fixed owner or group is checked by `sync_dir`'s own compare.
-        if [opts.attrs.owner, opts.attrs.group].iter().any(|r| matches!(r, attrs::IdRule::Id(_))) {
-            return Ok(false);
-        }
-        if !target_state(parent, name)?.0 || kind_at(src_parent, src_name, src_path)?.0 != Kind::Dir {
-            return Ok(false);
-        }
-        let target = open_dir(parent, name, name)?;
-        // In the symlink layout, what a reader sees: the current generation
-        // (`layout.rs`); a target there that is not settled takes the full path.
-        let generation = if linked::is_linked(parent, name)? {
-            match layout::settled_generation(target.as_fd(), name)? {
-                Some(found) => Some(found),
-                None => return Ok(false),
-            }
-        } else {
-            None
-        };
-        let compared_dir = generation.as_ref().map_or(target.as_fd(), |(_, fd)| fd.as_fd());
-        let src = open_dir(src_parent, src_name, src_path)?;
-        if !same_tree(src.as_fd(), src_path, compared_dir, name, &opts.limits) {
-            return Ok(false);
-        }
-        let compared = rustix::fs::fstat(&target).map_err(|e| Error::io(Step::Read, name, e))?;
-        let sys = Sys::new(opts.probe);
-        let _lock = lock(&sys, parent, ".")?;
-        remove_leftovers_or_defer(&sys, parent)?;
-        let now = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|e| Error::io(Step::Read, name, e))?;
-        // In the layout a change switches generations under this lock: the
-        // one compared must still be the current one, and not marked.
-        if let Some((current, _)) = &generation {
-            let still = linked::current_of(target.as_fd(), name).as_ref() == Some(current);
-            return Ok(still
-                && (now.st_dev, now.st_ino) == (compared.st_dev, compared.st_ino)
-                && layout::settled_generation(target.as_fd(), name)?.is_some());
-        }
-        Ok((now.st_dev, now.st_ino) == (compared.st_dev, compared.st_ino) && !is_marked(parent, name)?)
-    };
-    match unchanged() {
-        Ok(true) => Some(Report::unchanged()),
-        Ok(false) => None,
-        Err(e) => {
-            tracing::debug!(target = name, error = %e, "the unchanged check without reading the source gave up");
-            None
-        }
-    }
 }
 
 /// What a sync of `tree` into `name` would change, without changing

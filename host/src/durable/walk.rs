@@ -266,7 +266,7 @@ fn list_entries(dir: BorrowedFd<'_>, dir_path: &str, max: usize) -> Result<Vec<E
 
 /// The most entries one directory of a source can hold: every file and
 /// directory a sync may hold.
-pub(crate) fn source_listing_max(limits: &RequestLimits) -> usize {
+fn source_listing_max(limits: &RequestLimits) -> usize {
     usize::try_from(limits.max_files.saturating_add(limits.max_dirs)).unwrap_or(usize::MAX)
 }
 
