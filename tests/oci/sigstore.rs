@@ -297,7 +297,7 @@ fn a_referrers_index_of_ten_thousand_entries_is_refused_by_its_count() {
 
 /// Attach each of `bundles` to `subject` in `repo` through the referrers tag
 /// schema, all listed in one `sha256-<hex>` index.
-fn attach_all_by_tag(registry: &str, repo: &str, subject: &str, bundles: &[&[u8]]) {
+pub(crate) fn attach_all_by_tag(registry: &str, repo: &str, subject: &str, bundles: &[&[u8]]) {
     let subject_size = ureq::get(&format!("http://{registry}/v2/{repo}/manifests/{subject}"))
         .set("Accept", OCI_MANIFEST)
         .call()

@@ -273,6 +273,13 @@ fn body_matches(
             Ok(())
         }
         ("dsse", Signed::Dsse { payload, .. }) => {
+            // What a signer proposes (`spec.proposedContent`) is not what
+            // Rekor stores, and no log entry of Rekor's has it.
+            if v.pointer("/spec/payloadHash").is_none() {
+                return Err("the log entry's DSSE body has no payloadHash: it is not the form Rekor stores \
+                            (a signer's proposal, spec.proposedContent, is not)"
+                    .into());
+            }
             if s("/spec/payloadHash/value") != crate::digest::sha256_hex(payload) {
                 return Err("the log entry is for another DSSE payload than this bundle's".into());
             }
