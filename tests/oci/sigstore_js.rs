@@ -18,7 +18,7 @@ use durasync::runtime::trust::bundle;
 use durasync::runtime::trust::{Identity, TrustedRoot};
 
 use super::cross::{durasync_push, run, run_manifest};
-use super::sigstore::attach_all_by_tag;
+use super::sigstore::attach_by_tag_as;
 use super::support::sigstore::{GITHUB, WORKFLOW};
 use super::*;
 
@@ -112,10 +112,12 @@ fn bundles_signed_by_sigstore_js_verify_by_identity_and_another_identity_issuer_
         json!({"kind": "dsse", "version": "0.0.1"})
     );
 
-    attach_all_by_tag(&registry, "vendor/message", &d, &[&message]);
-    attach_all_by_tag(&registry, "vendor/dsse", &d, &[&dsse]);
+    // Each attached under its own media type (the referrer's artifact type).
+    let (v02, v03) = (m["mediaType"].as_str().unwrap(), s["mediaType"].as_str().unwrap());
+    attach_by_tag_as(&registry, "vendor/message", &d, &[(&message, v02)]);
+    attach_by_tag_as(&registry, "vendor/dsse", &d, &[(&dsse, v03)]);
     // The message bundle moved onto another artifact.
-    attach_all_by_tag(&registry, "vendor/tampered", &d_tampered, &[&message]);
+    attach_by_tag_as(&registry, "vendor/tampered", &d_tampered, &[(&message, v02)]);
 
     for repo in ["message", "dsse"] {
         let run_dir = dir.join(repo);
