@@ -39,7 +39,6 @@ import urllib.request
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-BUNDLE_V03 = "application/vnd.dev.sigstore.bundle.v0.3+json"
 WORKFLOW = "https://github.com/vendor/plugins/.github/workflows/release.yml@refs/tags/v1.4"
 GITHUB = "https://token.actions.githubusercontent.com"
 
@@ -116,19 +115,20 @@ def sign_keyless(reg, repo, work, manifest, sign_js):
     os.makedirs(out)
     subprocess.run(["node", sign_js, out, f"{work}/manifest.json", WORKFLOW, GITHUB], check=True)
     bundle = open(f"{out}/message.json", "rb").read()
+    media_type = json.loads(bundle)["mediaType"]  # v0.2: attached under its own type
     empty = b"{}"
     upload(reg, repo, empty)
     upload(reg, repo, bundle)
     d = digest(manifest)
     referrer = json.dumps({
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": BUNDLE_V03,
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": media_type,
         "config": desc("application/vnd.oci.empty.v1+json", empty),
-        "layers": [desc(BUNDLE_V03, bundle)],
+        "layers": [desc(media_type, bundle)],
         "subject": desc(OCI_MANIFEST, manifest),
     }).encode()
     put_manifest(reg, repo, digest(referrer), OCI_MANIFEST, referrer)
     index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
-                        "manifests": [desc(OCI_MANIFEST, referrer, artifactType=BUNDLE_V03)]}).encode()
+                        "manifests": [desc(OCI_MANIFEST, referrer, artifactType=media_type)]}).encode()
     put_manifest(reg, repo, d.replace(":", "-"), OCI_INDEX, index)
     return f"{out}/trusted_root.json"
 
