@@ -111,6 +111,13 @@ fn bundles_signed_by_sigstore_js_verify_by_identity_and_another_identity_issuer_
         s["verificationMaterial"]["tlogEntries"][0]["kindVersion"],
         json!({"kind": "dsse", "version": "0.0.1"})
     );
+    for b in [&m, &s] {
+        let entry = &b["verificationMaterial"]["tlogEntries"][0];
+        assert!(entry["inclusionPromise"]["signedEntryTimestamp"].is_string(), "{entry}");
+        assert!(entry["inclusionProof"]["checkpoint"]["envelope"].is_string(), "{entry}");
+        let tsa = &b["verificationMaterial"]["timestampVerificationData"]["rfc3161Timestamps"];
+        assert!(tsa.as_array().is_none_or(Vec::is_empty), "{b}");
+    }
 
     // Each attached under its own media type (the referrer's artifact type).
     let (v02, v03) = (m["mediaType"].as_str().unwrap(), s["mediaType"].as_str().unwrap());
@@ -146,30 +153,32 @@ fn bundles_signed_by_sigstore_js_verify_by_identity_and_another_identity_issuer_
         assert!(who.contains(WORKFLOW) && who.contains(GITHUB), "{repo}: {who}");
     }
 
-    // Refusals through the agent (a DaemonSet's `agent --once`): exit 13,
-    // the reason named, nothing written, nothing compiled.
-    let refused = [
+    // Through the agent (a DaemonSet's `agent --once`): the policy's
+    // identity runs (written, compiled into the agent's cache); refusals
+    // exit 13, the reason named, nothing written, nothing compiled.
+    let cases = [
+        ("accepted", "message", policy(&root, GITHUB, VENDOR), None),
         (
             "identity",
             "message",
             policy(&root, GITHUB, "^https://github.com/other/"),
-            format!("{WORKFLOW} (issuer {GITHUB}) is none of the policy's"),
+            Some(format!("{WORKFLOW} (issuer {GITHUB}) is none of the policy's")),
         ),
         (
             "issuer",
             "dsse",
             policy(&root, "https://accounts.google.com", VENDOR),
-            format!("(issuer {GITHUB}) is none of the policy's"),
+            Some(format!("(issuer {GITHUB}) is none of the policy's")),
         ),
         (
             "artifact",
             "tampered",
             policy(&root, GITHUB, VENDOR),
-            format!("the bundle signs digest {d}, not {d_tampered}"),
+            Some(format!("the bundle signs digest {d}, not {d_tampered}")),
         ),
     ];
-    for (name, repo, policy, why) in refused {
-        let run_dir = dir.join(format!("refused-{name}"));
+    for (name, repo, policy, refused_for) in cases {
+        let run_dir = dir.join(format!("agent-{name}"));
         std::fs::create_dir_all(run_dir.join("out")).unwrap();
         std::fs::write(run_dir.join("input"), "GREETING=hello\n").unwrap();
         let conf = run_dir.join("agent.d");
@@ -196,12 +205,21 @@ fn bundles_signed_by_sigstore_js_verify_by_identity_and_another_identity_issuer_
                 agent_cache.to_str().unwrap(),
             ],
         );
-        assert_status(&out, 13);
-        assert!(output_text(&out).contains(&why), "{name}: {}", output_text(&out));
-        assert_eq!(std::fs::read_dir(run_dir.join("out")).unwrap().count(), 0, "{name}");
         let compiled =
             walk(&agent_cache).into_iter().filter(|p| p.extension().is_some_and(|e| e == "cwasm")).count();
-        assert_eq!(compiled, 0, "{name}: compiled");
+        let written = std::fs::read_dir(run_dir.join("out")).unwrap().count();
+        match refused_for {
+            None => {
+                assert_status(&out, OK);
+                assert_eq!(std::fs::read_to_string(run_dir.join("out/env/GREETING")).unwrap(), "hello\n");
+                assert!(compiled > 0, "{name}: nothing compiled in {}", agent_cache.display());
+            }
+            Some(why) => {
+                assert_status(&out, 13);
+                assert!(output_text(&out).contains(&why), "{name}: {}", output_text(&out));
+                assert_eq!((written, compiled), (0, 0), "{name}: written, compiled");
+            }
+        }
     }
 
     // The DSSE bundle as the mock log keeps it: its entry's body is the
