@@ -61,7 +61,7 @@ const VENDOR: &str = "^https://github.com/vendor/plugins/";
 
 #[test]
 fn bundles_signed_by_sigstore_js_verify_by_identity_and_another_identity_issuer_or_artifact_is_refused() {
-    let Some(reg) = RealRegistry::start() else { return };
+    let Some(mut reg) = RealRegistry::start() else { return };
     if !have("node") || !have("npm") {
         support::cannot_check("no node or npm (the Sigstore JavaScript signer)");
         return;
@@ -221,6 +221,14 @@ fn bundles_signed_by_sigstore_js_verify_by_identity_and_another_identity_issuer_
             }
         }
     }
+
+    // The registry goes away: the v0.2 bundle's referrer, found before,
+    // verifies from the cache.
+    reg.stop();
+    let offline_dir = dir.join("message");
+    std::fs::remove_dir_all(offline_dir.join("out/env")).unwrap();
+    assert_status(&run(&cache, &offline_dir.join("plugin.toml")), OK);
+    assert_eq!(std::fs::read_to_string(offline_dir.join("out/env/GREETING")).unwrap(), "hello\n");
 
     // The DSSE bundle as the mock log keeps it: its entry's body is the
     // signer's proposal, which Rekor never stores; refused for that.
