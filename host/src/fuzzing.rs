@@ -190,7 +190,7 @@ pub fn sigstore(data: &[u8]) {
     let keys = std::slice::from_ref(&fuzz_key().1);
     let _ = bundle::verify(data, digest, keys, std::slice::from_ref(&identity), Some(root));
     let _ = bundle::verify(data, digest, &[], &[], None);
-    let _ = layout::referrers(data, digest, bundle::ARTIFACT_TYPE);
+    let _ = layout::referrers(data, digest, bundle::MEDIA_TYPES);
     let _ = TrustedRoot::parse(data, "fuzz");
     // A certificate (DER) and its embedded SCT list, as its own issuer.
     if let Ok(cert) = <x509_cert::Certificate as x509_cert::der::Decode>::from_der(data) {

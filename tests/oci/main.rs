@@ -15,6 +15,7 @@ mod faults;
 mod hostile;
 mod offline;
 mod sigstore;
+mod sigstore_js;
 mod sigstore_python;
 mod tls;
 

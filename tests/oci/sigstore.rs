@@ -20,12 +20,17 @@ const EMPTY: &str = "application/vnd.oci.empty.v1+json";
 /// The referrer manifest holding `bundle` for the manifest `subject`
 /// (`subject_size` bytes): cosign v3's layout.
 fn referrer(bundle: &[u8], subject: &str, subject_size: usize) -> Vec<u8> {
+    referrer_as(bundle, sig::V03, subject, subject_size)
+}
+
+/// The same with the bundle's `media_type` as artifact and layer type.
+fn referrer_as(bundle: &[u8], media_type: &str, subject: &str, subject_size: usize) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
-        "artifactType": sig::V03,
+        "artifactType": media_type,
         "config": {"mediaType": EMPTY, "digest": oci_digest(b"{}"), "size": 2},
-        "layers": [{"mediaType": sig::V03, "digest": oci_digest(bundle), "size": bundle.len()}],
+        "layers": [{"mediaType": media_type, "digest": oci_digest(bundle), "size": bundle.len()}],
         "subject": {"mediaType": OCI_MANIFEST, "digest": subject, "size": subject_size},
     }))
     .unwrap()
@@ -298,6 +303,13 @@ fn a_referrers_index_of_ten_thousand_entries_is_refused_by_its_count() {
 /// Attach each of `bundles` to `subject` in `repo` through the referrers tag
 /// schema, all listed in one `sha256-<hex>` index.
 fn attach_all_by_tag(registry: &str, repo: &str, subject: &str, bundles: &[&[u8]]) {
+    let typed: Vec<(&[u8], &str)> = bundles.iter().map(|b| (*b, sig::V03)).collect();
+    attach_by_tag_as(registry, repo, subject, &typed);
+}
+
+/// Attach each bundle to `subject` in `repo` through the referrers tag
+/// schema, each under its media type.
+pub(crate) fn attach_by_tag_as(registry: &str, repo: &str, subject: &str, bundles: &[(&[u8], &str)]) {
     let subject_size = ureq::get(&format!("http://{registry}/v2/{repo}/manifests/{subject}"))
         .set("Accept", OCI_MANIFEST)
         .call()
@@ -307,13 +319,13 @@ fn attach_all_by_tag(registry: &str, repo: &str, subject: &str, bundles: &[&[u8]
         .len();
     upload(registry, repo, b"{}");
     let mut referrers = Vec::new();
-    for bundle in bundles {
+    for (bundle, media_type) in bundles {
         upload(registry, repo, bundle);
-        let r = referrer(bundle, subject, subject_size);
+        let r = referrer_as(bundle, media_type, subject, subject_size);
         put_manifest(registry, repo, &oci_digest(&r), OCI_MANIFEST, &r);
-        referrers.push(r);
+        referrers.push((r, *media_type));
     }
-    let listed: Vec<(&[u8], &str)> = referrers.iter().map(|r| (r.as_slice(), sig::V03)).collect();
+    let listed: Vec<(&[u8], &str)> = referrers.iter().map(|(r, t)| (r.as_slice(), *t)).collect();
     put_manifest(registry, repo, &subject.replace(':', "-"), INDEX, &index(&listed));
 }
 

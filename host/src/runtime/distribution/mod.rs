@@ -412,16 +412,18 @@ impl Pull<'_> {
         }
     }
 
-    /// The manifests that refer to `manifest_digest` with `artifact_type`
-    /// (OCI 1.1 referrers), found the way registries offer them, in this
-    /// order: the referrers API (`GET /v2/NAME/referrers/DIGEST?artifactType=…`);
-    /// where a registry has no such API (404, 400, 405), the referrers tag
-    /// schema (the `sha256-<hex>` tag holding an image index). The index is
-    /// filtered here too (a registry may ignore the filter); at most
+    /// The manifests that refer to `manifest_digest` with one of
+    /// `artifact_types` (OCI 1.1 referrers), found the way registries offer
+    /// them, in this order: the referrers API (`GET /v2/NAME/referrers/DIGEST`,
+    /// with `?artifactType=…` when one type is asked for: the API filters by
+    /// one); where a registry has no such API (404, 400, 405), the referrers
+    /// tag schema (the `sha256-<hex>` tag holding an image index). The index
+    /// is filtered here (a registry may ignore the filter); at most
     /// [`MAX_REFERRERS_FETCHED`] manifests are fetched, each checked
     /// against its digest. The index found is cached: when the registry
     /// cannot be reached, the one last seen is used if held (its manifests
-    /// and their blobs are then served from the cache by digest).
+    /// and their blobs are then served from the cache by digest); it is
+    /// held under the first of `artifact_types`.
     ///
     /// Note well: an index says nothing about who made the referrers; the
     /// caller verifies what they hold.
@@ -429,16 +431,22 @@ impl Pull<'_> {
         &self,
         r: &Reference,
         manifest_digest: &str,
-        artifact_type: &str,
+        artifact_types: &[&str],
     ) -> Result<Referrers, Error> {
         // Per repository: the same digest in two repositories has each
         // repository's own referrers.
-        let key = format!("{} {manifest_digest} {artifact_type}", r.name());
+        let key =
+            format!("{} {manifest_digest} {}", r.name(), artifact_types.first().copied().unwrap_or_default());
+        let filter = match artifact_types {
+            [one] => {
+                format!("?artifactType={}", one.replace('+', "%2B").replace(';', "%3B").replace('=', "%3D"))
+            }
+            _ => String::new(),
+        };
         let api = format!(
-            "{}/v2/{}/referrers/{manifest_digest}?artifactType={}",
+            "{}/v2/{}/referrers/{manifest_digest}{filter}",
             self.registry.http.base(&r.registry),
             r.repository,
-            artifact_type.replace('+', "%2B")
         );
         let what = format!("referrers index of {manifest_digest}");
         let fetched = match self.fetch_json(r, &api, layout::OCI_INDEX, &what) {
@@ -475,7 +483,7 @@ impl Pull<'_> {
             }
             Err(e) => return Err(e),
         };
-        let entries = layout::referrers(&bytes, &index_digest, artifact_type)?;
+        let entries = layout::referrers(&bytes, &index_digest, artifact_types)?;
         let mut manifests = Vec::new();
         for entry in entries.iter().take(MAX_REFERRERS_FETCHED) {
             manifests.push(self.resolve(&r.with_digest(&entry.digest))?);

@@ -25,15 +25,15 @@ use super::rekor;
 use super::root::{TrustedRoot, b64};
 use super::{SignedBy, Trusted};
 
-/// The bundle media types read (v0.1, v0.2, v0.3 in both spellings).
+/// The bundle media types read (v0.1, v0.2, v0.3 in both spellings). A
+/// referrer holding a bundle has its media type as artifact type: cosign's
+/// bundles are the first; sigstore-js's message signatures are v0.2.
 pub const MEDIA_TYPES: &[&str] = &[
-    "application/vnd.dev.sigstore.bundle+json;version=0.1",
-    "application/vnd.dev.sigstore.bundle+json;version=0.2",
-    "application/vnd.dev.sigstore.bundle+json;version=0.3",
     "application/vnd.dev.sigstore.bundle.v0.3+json",
+    "application/vnd.dev.sigstore.bundle+json;version=0.3",
+    "application/vnd.dev.sigstore.bundle+json;version=0.2",
+    "application/vnd.dev.sigstore.bundle+json;version=0.1",
 ];
-/// The OCI artifact type of a bundle attached as a referrer.
-pub const ARTIFACT_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 /// The largest bundle read (one with a certificate chain and a proof is
 /// under 10 KiB).
 pub const MAX_BUNDLE_BYTES: u64 = 256 * 1024;
@@ -273,6 +273,13 @@ fn body_matches(
             Ok(())
         }
         ("dsse", Signed::Dsse { payload, .. }) => {
+            // What a signer proposes (`spec.proposedContent`) is not what
+            // Rekor stores, and no log entry of Rekor's has it.
+            if v.pointer("/spec/payloadHash").is_none() {
+                return Err("the log entry's DSSE body has no payloadHash: it is not the form Rekor stores \
+                            (a signer's proposal, spec.proposedContent, is not)"
+                    .into());
+            }
             if s("/spec/payloadHash/value") != crate::digest::sha256_hex(payload) {
                 return Err("the log entry is for another DSSE payload than this bundle's".into());
             }

@@ -530,7 +530,7 @@ pub fn verify_signature(
 ) -> Result<String, Error> {
     let mut tally = Tally::new(policy);
     let mut unreachable = None;
-    match registry.referrers(reference, digest, bundle::ARTIFACT_TYPE) {
+    match registry.referrers(reference, digest, bundle::MEDIA_TYPES) {
         Ok(found) => {
             for m in &found.manifests {
                 if check_bundles(registry, reference, digest, m, found.via, &mut tally)? {

@@ -24,8 +24,9 @@ pub const MAX_CHECKPOINT_BYTES: usize = 16 * 1024;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
-    /// The entry's index in the whole log (a JSON string of digits).
-    #[serde(deserialize_with = "int")]
+    /// The entry's index in the whole log (a JSON string of digits; left
+    /// out for the first entry, as protobuf's JSON leaves out a zero).
+    #[serde(default, deserialize_with = "int")]
     pub log_index: i64,
     /// The log.
     pub log_id: LogId,
@@ -67,12 +68,14 @@ pub struct Promise {
     pub signed_entry_timestamp: String,
 }
 
-/// An inclusion proof.
+/// An inclusion proof. Sigstore's JSON is protobuf's, which leaves out a
+/// field at its default: a proof for the first leaf has no `logIndex`, and
+/// one in a tree of one leaf no `hashes` (as sigstore-js writes them).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Proof {
     /// The leaf's index in the tree the proof is for.
-    #[serde(deserialize_with = "int")]
+    #[serde(default, deserialize_with = "int")]
     pub log_index: i64,
     /// base64 of the tree's root hash.
     pub root_hash: String,
@@ -80,6 +83,7 @@ pub struct Proof {
     #[serde(deserialize_with = "int")]
     pub tree_size: i64,
     /// base64 of each audit-path hash.
+    #[serde(default)]
     pub hashes: Vec<String>,
     /// The signed checkpoint.
     pub checkpoint: Option<Checkpoint>,
@@ -296,5 +300,26 @@ mod tests {
         assert!(root_from_path(3, 3, [0; 32], &[]).unwrap_err().contains("not in a tree"));
         assert!(root_from_path(0, 4, [0; 32], &[[0; 32]]).unwrap_err().contains("shorter"));
         assert!(root_from_path(0, 1, [0; 32], &[[0; 32]]).unwrap_err().contains("longer"));
+    }
+
+    #[test]
+    fn a_proof_for_the_first_leaf_of_a_tree_of_one_reads_without_its_zero_index_and_empty_path() {
+        // Protobuf's JSON of `logIndex: 0` and `hashes: []`: both left out.
+        let entry: Entry = serde_json::from_str(
+            r#"{"logIndex": "7", "logId": {"keyId": "AA=="}, "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+                "integratedTime": "1", "canonicalizedBody": "e30=",
+                "inclusionProof": {"rootHash": "AA==", "treeSize": "1", "checkpoint": {"envelope": ""}}}"#,
+        )
+        .unwrap();
+        let p = entry.inclusion_proof.unwrap();
+        assert_eq!((p.log_index, p.tree_size, p.hashes.len()), (0, 1, 0));
+        let leaf = leaf_hash(b"{}");
+        assert_eq!(root_from_path(p.log_index as u64, p.tree_size as u64, leaf, &[]).unwrap(), leaf);
+        let first: Entry = serde_json::from_str(
+            r#"{"logId": {"keyId": "AA=="}, "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+                "integratedTime": "1", "canonicalizedBody": "e30="}"#,
+        )
+        .unwrap();
+        assert_eq!(first.log_index, 0);
     }
 }
