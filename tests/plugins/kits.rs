@@ -528,7 +528,8 @@ func Line[N ~int | ~uint32 | ~uint64](outcome string, written, removed N) string
 /// module` wrote the kit's two modules). Nothing reaches a network:
 /// `GOPROXY` is the file proxy alone, `GOSUMDB=off` (the modules are the
 /// test's own, which no checksum database knows; `go.sum` still pins them),
-/// `GOTOOLCHAIN=local`. `go mod tidy` writes `go.sum`; `durasync-go test`
+/// `GOTOOLCHAIN=local`. `go mod tidy` writes `go.sum`, `go vet` and a wasip1
+/// `go build` compile the folder as it is (nothing generated in it); `durasync-go test`
 /// and `build` run with Go's default `-mod=readonly`, so `go.sum` is
 /// checked; the plugin's folder holds afterwards only what the vendor put
 /// there and the component.
@@ -635,6 +636,11 @@ fn a_go_plugin_module_requiring_the_kit_and_a_third_party_module_tests_builds_an
         names
     };
     assert_eq!(vendor_files(), ["go.mod", "go.sum", "plugin.go", "plugin_test.go"]);
+    // The folder compiles as it is, as an editor sees it: with its tests for
+    // the host's GOOS (the helper's harness side), without them for wasip1
+    // (the helper's bindings side).
+    ok(&mut go(&["vet", "."]), "go vet");
+    ok(go(&["build", "."]).env("GOOS", "wasip1").env("GOARCH", "wasm"), "go build (wasip1)");
 
     let out = ok(&mut durasync_go(&["test", "note", "-v"]), "durasync-go test");
     let text = output_text(&out);
