@@ -433,7 +433,7 @@ fn durasync_go_alone_builds_tests_and_runs_a_plugin_outside_the_checkout_without
     assert!(version.starts_with("durasync-go 0.1.0 (WIT durasync:plugin@"), "{version}");
     let help = output_text(&ok(&mut durasync_go(&["--help"]), "durasync-go --help"));
     assert!(
-        ["build", "test", "bindings"].iter().all(|c| help.contains(&format!("durasync-go {c} "))),
+        ["build", "test", "bindings", "module"].iter().all(|c| help.contains(&format!("durasync-go {c} "))),
         "{help}"
     );
     let bad = durasync_go(&["frobnicate"]).output().unwrap();
