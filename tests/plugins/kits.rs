@@ -646,6 +646,12 @@ fn a_go_plugin_module_requiring_the_kit_and_a_third_party_module_tests_builds_an
     let text = output_text(&out);
     assert!(text.contains("--- PASS: TestWritesTheInputThenNothingWhenUnchanged"), "{text}");
     ok(&mut durasync_go(&["build", "note", "note/note.wasm"]), "durasync-go build");
+    let refused = durasync_go(&["bindings", "note"]).output().unwrap();
+    let text = output_text(&refused);
+    assert!(
+        !refused.status.success() && text.contains("imports the bindings from durasync.dev/guest"),
+        "{text}"
+    );
     assert_eq!(vendor_files(), ["go.mod", "go.sum", "note.wasm", "plugin.go", "plugin_test.go"]);
     nothing_points_into_the_checkout(&plugin);
 

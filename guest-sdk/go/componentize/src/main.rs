@@ -240,6 +240,17 @@ fn test(plugin: &Path, flags: &[&str]) -> Result<()> {
 
 /// `bindings DIR`: the module without a plugin, for an editor.
 fn bindings(dir: &Path) -> Result<()> {
+    // A plugin module imports the bindings from durasync.dev/guest: its
+    // folder gets none (and keeps its own go.mod).
+    let go_mod = dir.join("go.mod");
+    if go_mod.is_file() && module_path(&go_mod)? != "wit_component" {
+        bail!(
+            "{} is the Go module {}: a plugin module imports the bindings from {KIT_MODULE} \
+             (`durasync-go module DIR` writes it) and needs none in its folder",
+            dir.display(),
+            module_path(&go_mod)?
+        );
+    }
     std::fs::create_dir_all(dir.join("export_wit_world"))?;
     assemble(&[], dir)?;
     println!(
