@@ -433,7 +433,7 @@ fn durasync_go_alone_builds_tests_and_runs_a_plugin_outside_the_checkout_without
     assert!(version.starts_with("durasync-go 0.1.0 (WIT durasync:plugin@"), "{version}");
     let help = output_text(&ok(&mut durasync_go(&["--help"]), "durasync-go --help"));
     assert!(
-        ["build", "test", "bindings"].iter().all(|c| help.contains(&format!("durasync-go {c} "))),
+        ["build", "test", "bindings", "module"].iter().all(|c| help.contains(&format!("durasync-go {c} "))),
         "{help}"
     );
     let bad = durasync_go(&["frobnicate"]).output().unwrap();
@@ -455,5 +455,226 @@ fn durasync_go_alone_builds_tests_and_runs_a_plugin_outside_the_checkout_without
     let text = output_text(&out);
     assert!(text.contains("--- PASS: TestWritesTheInputThenNothingWhenUnchanged"), "{text}");
     ok(&mut durasync_go(&["build", "note", "note/note.wasm"]), "durasync-go build");
+    golden_case_and_run(&plugin, &plugin.join("note.wasm"));
+}
+
+const GO_MODULE_PLUGIN: &str = r#"package note
+
+import (
+	witTypes "go.bytecodealliance.org/pkg/wit/types"
+
+	"durasync.dev/guest"
+	. "durasync.dev/guest/durasync_plugin_plugin_types"
+
+	"example.com/tally"
+)
+
+func Describe() Info {
+	return Info{Name: "note", Version: "0.1.0", Summary: "Writes its input to out/note", Roots: []string{"out"}}
+}
+
+func Run(config string, input []uint8) witTypes.Result[string, string] {
+	return durasync.Run(func() (string, error) {
+		root, err := durasync.OpenRoot("out")
+		if err != nil {
+			return "", err
+		}
+		r, err := root.WriteFile("note", input, 0o644)
+		if err != nil {
+			return "", err
+		}
+		durasync.Infof("note: %d bytes", len(input))
+		return "note: " + tally.Line(r.Outcome.String(), r.Written, r.Removed), nil
+	})
+}
+"#;
+
+const GO_MODULE_TEST: &str = r#"package note
+
+import (
+	"testing"
+
+	"durasync.dev/guest"
+)
+
+func TestWritesTheInputThenNothingWhenUnchanged(t *testing.T) {
+	h, err := durasync.StartHarness(durasync.HarnessOptions{Roots: []string{"out"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, want := range []string{"note: created (1 written, 0 removed)", "note: unchanged (0 written, 0 removed)"} {
+		if got := Run("{}", []byte("hello\n")); got.Ok() != want {
+			t.Fatalf("got %q, want %q", got.Ok(), want)
+		}
+	}
+}
+"#;
+
+/// The third-party module the plugin module requires.
+const TALLY: &str = r#"// Package tally words a sync's counts.
+package tally
+
+import "fmt"
+
+func Line[N ~int | ~uint32 | ~uint64](outcome string, written, removed N) string {
+	return fmt.Sprintf("%s (%d written, %d removed)", outcome, written, removed)
+}
+"#;
+
+/// A Go plugin as a vendor keeps it: its own module (`go.mod`, `go.sum`)
+/// requiring the kit module `durasync.dev/guest` and a third-party module,
+/// both from a file proxy the test made (`GOPROXY=file://…`; `durasync-go
+/// module` wrote the kit's two modules). Nothing reaches a network:
+/// `GOPROXY` is the file proxy alone, `GOSUMDB=off` (the modules are the
+/// test's own, which no checksum database knows; `go.sum` still pins them),
+/// `GOTOOLCHAIN=local`. `go mod tidy` writes `go.sum`, `go vet` and a wasip1
+/// `go build` compile the folder as it is (nothing generated in it); `durasync-go test`
+/// and `build` run with Go's default `-mod=readonly`, so `go.sum` is
+/// checked; the plugin's folder holds afterwards only what the vendor put
+/// there and the component.
+#[test]
+fn a_go_plugin_module_requiring_the_kit_and_a_third_party_module_tests_builds_and_runs_from_a_file_proxy() {
+    let tool = support::go_toolchain::install();
+    let tmp = outside("durasync-kit-gomod-");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(&tool, bin.join("durasync-go")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    for dir in std::env::split_paths(&path) {
+        assert!(!dir.join("cargo").exists(), "cargo is in {}: the test cannot hide it", dir.display());
+    }
+    let proxy = tmp.path().join("proxy");
+    let vendor_env = |cmd: &mut Command| {
+        support::go_toolchain::go_env(cmd);
+        cmd.env("PATH", &path)
+            .env("DURASYNC", support::durasync())
+            // A module cache of this run's own (the proxy's modules are this
+            // run's), writable so the temporary directory can go.
+            .env("GOPATH", tmp.path().join("gopath"))
+            .env("GOMODCACHE", tmp.path().join("gopath/pkg/mod"))
+            .env("GOFLAGS", "-modcacherw")
+            .env("GOPROXY", format!("file://{}", proxy.display()))
+            .env("GOSUMDB", "off")
+            .env("GOTOOLCHAIN", "local")
+            .env_remove("GONOSUMDB")
+            .env_remove("GOPRIVATE")
+            .env_remove("GOWORK")
+            .env_remove("CARGO")
+            .env_remove("CARGO_HOME")
+            .env_remove("CARGO_MANIFEST_DIR")
+            .env_remove("RUSTUP_HOME");
+    };
+    let durasync_go = |args: &[&str]| {
+        let mut cmd = Command::new(bin.join("durasync-go"));
+        cmd.current_dir(tmp.path()).args(args);
+        vendor_env(&mut cmd);
+        cmd
+    };
+    let go = |args: &[&str]| {
+        let mut cmd = Command::new(support::go_toolchain::go());
+        cmd.current_dir(tmp.path().join("note")).args(args);
+        vendor_env(&mut cmd);
+        cmd
+    };
+
+    // The proxy: the kit's two modules as `durasync-go module` writes them,
+    // and the third-party module.
+    ok(&mut durasync_go(&["module", "kit"]), "durasync-go module");
+    let version = |dir: &Path, name: &str| -> (PathBuf, String) {
+        let entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{name}@")))
+            .collect();
+        assert_eq!(entries.len(), 1, "one {name}@VERSION in {}: {entries:?}", dir.display());
+        let v = entries[0].file_name().unwrap().to_string_lossy().split_once('@').unwrap().1.to_owned();
+        (entries[0].clone(), v)
+    };
+    let (guest, guest_version) = version(&tmp.path().join("kit/durasync.dev"), "guest");
+    let (pkg, pkg_version) = version(&tmp.path().join("kit/go.bytecodealliance.org"), "pkg");
+    for f in ["go.mod", "durasync.go", "wasm.go", "harness.go", "durasync_plugin_fs/wit_bindings.go"] {
+        assert!(guest.join(f).is_file(), "durasync-go module wrote no {f} in {}", guest.display());
+    }
+    let wasm_go = std::fs::read_to_string(guest.join("wasm.go")).unwrap();
+    assert!(
+        !wasm_go.contains("wit_component") && wasm_go.contains("\"durasync.dev/guest/durasync_plugin_fs\"")
+    );
+    support::go_proxy::publish(&proxy, "durasync.dev/guest", &guest_version, &guest);
+    support::go_proxy::publish(&proxy, "go.bytecodealliance.org/pkg", &pkg_version, &pkg);
+    let tally = tmp.path().join("src/tally");
+    std::fs::create_dir_all(&tally).unwrap();
+    std::fs::write(tally.join("go.mod"), "module example.com/tally\n\ngo 1.21\n").unwrap();
+    std::fs::write(tally.join("tally.go"), TALLY).unwrap();
+    support::go_proxy::publish(&proxy, "example.com/tally", "v1.2.0", &tally);
+
+    // The vendor's module: its go.mod names what it requires, `go mod tidy`
+    // completes it and writes go.sum.
+    let plugin = tmp.path().join("note");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::write(
+        plugin.join("go.mod"),
+        format!(
+            "module example.com/note\n\ngo 1.27.1\n\nrequire (\n\tdurasync.dev/guest {guest_version}\n\texample.com/tally v1.2.0\n)\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(plugin.join("plugin.go"), GO_MODULE_PLUGIN).unwrap();
+    std::fs::write(plugin.join("plugin_test.go"), GO_MODULE_TEST).unwrap();
+    ok(go(&["mod", "tidy"]).env("GOFLAGS", "-modcacherw -mod=mod"), "go mod tidy");
+    ok(&mut go(&["mod", "verify"]), "go mod verify");
+    let sum = std::fs::read_to_string(plugin.join("go.sum")).unwrap();
+    for m in [format!("durasync.dev/guest {guest_version} h1:"), "example.com/tally v1.2.0 h1:".into()] {
+        assert!(sum.contains(&m), "go.sum has no {m}:\n{sum}");
+    }
+    let vendor_files = || {
+        let mut names: Vec<String> = std::fs::read_dir(&plugin)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(vendor_files(), ["go.mod", "go.sum", "plugin.go", "plugin_test.go"]);
+    // The folder compiles as it is, as an editor sees it: with its tests for
+    // the host's GOOS (the helper's harness side), without them for wasip1
+    // (the helper's bindings side).
+    ok(&mut go(&["vet", "."]), "go vet");
+    ok(go(&["build", "."]).env("GOOS", "wasip1").env("GOARCH", "wasm"), "go build (wasip1)");
+
+    let out = ok(&mut durasync_go(&["test", "note", "-v"]), "durasync-go test");
+    let text = output_text(&out);
+    assert!(text.contains("--- PASS: TestWritesTheInputThenNothingWhenUnchanged"), "{text}");
+    ok(&mut durasync_go(&["build", "note", "note/note.wasm"]), "durasync-go build");
+    let refused = durasync_go(&["bindings", "note"]).output().unwrap();
+    let text = output_text(&refused);
+    assert!(
+        !refused.status.success() && text.contains("imports the bindings from durasync.dev/guest"),
+        "{text}"
+    );
+    assert_eq!(vendor_files(), ["go.mod", "go.sum", "note.wasm", "plugin.go", "plugin_test.go"]);
+    nothing_points_into_the_checkout(&plugin);
+
+    // go.sum is checked: a wrong checksum for the third-party module stops
+    // the build.
+    let good = sum.clone();
+    let bad: String = good
+        .lines()
+        .map(|l| {
+            if l.starts_with("example.com/tally v1.2.0 h1:") {
+                "example.com/tally v1.2.0 h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+            } else {
+                l
+            }
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(plugin.join("go.sum"), bad).unwrap();
+    let refused = durasync_go(&["build", "note", "note/refused.wasm"]).output().unwrap();
+    let text = output_text(&refused);
+    assert!(!refused.status.success() && text.contains("SECURITY ERROR"), "{text}");
+    assert!(!plugin.join("refused.wasm").exists());
+    std::fs::write(plugin.join("go.sum"), good).unwrap();
+
     golden_case_and_run(&plugin, &plugin.join("note.wasm"));
 }

@@ -5,6 +5,7 @@
 
 pub mod component;
 pub mod fake_registry;
+pub mod go_proxy;
 pub mod go_toolchain;
 pub mod http_server;
 pub mod oci_artifacts;
