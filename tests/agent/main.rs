@@ -18,6 +18,7 @@ mod probation;
 mod registry;
 mod sync;
 mod systemd;
+mod upgrade;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -216,6 +216,7 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
     let mut iterations = 0;
     let mut partials = 0;
     let mut ones = 0;
+    let mut stuck = 0u32;
     // At least one whole cycle (a full replace, a partial change and a
     // one-file change, each there and back) whatever the budget: on a busy
     // machine the calibration above can take most of it, and a soak that
@@ -242,7 +243,11 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
             _ => replace_time,
         };
         // Uniform over 1.1 × the sync: most kills land inside it, some after.
-        let delay = Duration::from_micros(rng.below(took.as_micros() as u64 * 11 / 10));
+        // A machine busier than at calibration stretches every sync: each
+        // kill in a row that left the target old doubles the range (up to
+        // 16×), so the cycle moves on and every kind of change is killed.
+        let range = took.as_micros() as u64 * 11 / 10 * (1 << stuck.min(4));
+        let delay = Duration::from_micros(rng.below(range));
         let mut child = Command::new(durasync())
             .args(sync(src))
             .stdout(Stdio::piped())
@@ -285,6 +290,9 @@ fn sigkill_at_random_moments_leaves_old_or_new_and_recover_cleans_up() {
         }
         if is_new {
             current = next;
+            stuck = 0;
+        } else {
+            stuck += 1;
         }
     }
     println!(

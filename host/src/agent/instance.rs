@@ -131,6 +131,7 @@ impl Instance {
             sha256: l.plugin.sha256.clone(),
             manifest_digest: l.plugin.manifest_digest.clone(),
             signed_by: l.plugin.signed_by.clone(),
+            compiler: Some(l.plugin.compiler.name().to_owned()),
         });
         let d = &self.drift;
         let (last_paths, last_more, last_at) = match &d.last {

@@ -113,6 +113,11 @@ pub struct PluginStatus {
     /// HEX)`, each keyless certificate as `IDENTITY (issuer …, LOG log index
     /// N)`, joined by `; `.
     pub signed_by: Option<String>,
+    /// Whose code runs: `cranelift`, or `winch` on a first start while
+    /// Cranelift's compile of it runs in the background (swapped in before
+    /// the first run after that compile is stored).
+    #[serde(default)]
+    pub compiler: Option<String>,
 }
 
 /// A finished run.

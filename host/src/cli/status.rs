@@ -175,6 +175,10 @@ fn row(i: &InstanceStatus, now: SystemTime) -> [String; 7] {
             if let Some(by) = &p.signed_by {
                 s.push_str(&format!(" signed by {by}"));
             }
+            // Baseline code, until the background compile is swapped in.
+            if p.compiler.as_deref() == Some("winch") {
+                s.push_str(" (Winch's code)");
+            }
             s
         }
         None => "-".to_owned(),
