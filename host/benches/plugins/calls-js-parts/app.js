@@ -53,6 +53,12 @@ export function run(config, input) {
     "dataView($memory).getUint32": () => x.dataView(x.memory).getUint32(scratch, true),
     "$memory.buffer": () => (x.memory.buffer ? 1 : 0),
     "copy 4 KiB out": () => new Uint8Array(x.memory.buffer.slice(scratch, scratch + 4096)).length,
+    "copy 4 KiB out: Uint8Array.slice": () => new Uint8Array(x.memory.buffer, scratch, 4096).slice().length,
+    "copy 4 KiB out: set": () => {
+      const out = new Uint8Array(4096);
+      out.set(new Uint8Array(x.memory.buffer, scratch, 4096));
+      return out.length;
+    },
     "finalizer unregister": () => {
       x.finalizers.unregister(root);
       return 1;
