@@ -95,9 +95,8 @@ function $freeArgs() {
   $argAllocs.length = 0;
 }
 // The view every memory access of the bindings uses, reaching $viewEnd;
-// taken anew when an access lies past it. Empty until the first access (a
-// view taken while the component is initialised would describe that
-// memory, not the instance's).
+// taken anew when an access lies past it (the memory grew). Empty until the
+// first access, in an export call.
 let $view = null;
 let $viewEnd = 0;
 function $viewTo() {
@@ -130,8 +129,9 @@ const FAST_ENCODE = `function _utf8AllocateAndEncode(s, realloc, memory) {
 }
 `;
 
-/** The bindings with every import call's argument memory freed after it
- * and no debug log calls. */
+/** The bindings with every import call's argument memory freed after it,
+ * no debug log calls, strings encoded in one step and memory accessed
+ * through one cached view. */
 function patchBindings(bindings) {
   const at = bindings.indexOf(AFTER);
   if (at < 0 || !bindings.includes("$dealloc")) {
