@@ -33,7 +33,9 @@ RETURN = "return { bindings: head + PRELUDE + body, calls };"
 PARTS = """
 contentGlobal.$parts = { memory: $memory, realloc: $realloc, dealloc: $dealloc,
   readFile: $import_durasync_plugin_fs_0_1_0$dir$method$readFile, encode: _utf8AllocateAndEncode,
-  dataView, symbolRscHandle, finalizers: finalizationRegistry_import$fs_0_1_0$dir };
+  dataView, symbolRscHandle, finalizers: finalizationRegistry_import$fs_0_1_0$dir,
+  argRealloc: typeof $argRealloc === "function" ? $argRealloc : undefined,
+  freeArgs: typeof $freeArgs === "function" ? $freeArgs : undefined };
 """
 text = open(kit).read()
 if RETURN not in text:

@@ -40,6 +40,11 @@ export function run(config, input) {
       x.dealloc(x.realloc(0, 0, 1, 4), 4, 1);
       return 1;
     },
+    "the kit's argument bookkeeping: $argRealloc, then $freeArgs": () => {
+      x.argRealloc(0, 0, 1, 4);
+      x.freeArgs();
+      return 1;
+    },
     "encode blob": () => {
       const e = x.encode("blob", x.realloc, x.memory);
       x.dealloc(e.ptr, e.len, 1);
