@@ -1,20 +1,34 @@
 #!/usr/bin/env node
 // `durasync-componentize-js`: the componentize-js 0.23.0 CLI (same flags,
-// same output) with two changes to the JavaScript bindings it generates for
-// the plugin's imports: the memory an import call's arguments were lowered
-// into is freed when the call returns, and the calls of the bindings' debug
-// log (a no-op outside Node, which still builds an object per call) are
-// left out (~18 % of a `readFile` call's fuel).
+// same output) with changes to the JavaScript bindings it generates, each
+// keeping what the bindings do and making a host call cheaper:
 //
-// Why: componentize-js records every allocation of `cabi_realloc` in one
-// list that is freed only when the export returns, and the bindings' free
-// of a call's results searches that list from its start. Arguments (every
-// path is a string) are never freed during the export, so the list grows by
-// one entry per host call and each call searches all earlier ones: over a
-// run of 40 000 `readFile` calls a call costs 0.68 M fuel on average
-// instead of 0.11 M, more the more calls came before. Freeing the
-// arguments after the call (the caller owns them; the host copied them
-// during the call) keeps the list short and a call's cost flat.
+// - The memory an import call's arguments were lowered into is freed when
+//   the call returns.
+// - The calls of the bindings' debug log (a no-op outside Node, which still
+//   builds an object per call) are left out.
+// - A string is encoded into memory in one `TextEncoder.encodeInto` call,
+//   into an allocation of 3 bytes per UTF-16 code unit (UTF-8's most),
+//   instead of first counting its UTF-8 length in a loop over its
+//   characters: that loop costs ~2 k fuel per character in StarlingMonkey's
+//   interpreter (31 k of a `readFile("blob")` call's 100 k; 85 k for a path
+//   of 25 characters).
+// - Every read and write of linear memory goes through one cached
+//   `DataView`, taken anew only when the address lies past the end of the
+//   one cached (the memory grew), instead of a call that reads
+//   `$memory.buffer` and compares buffers on every access (~7 k fuel each,
+//   four per `readFile`). A buffer of the memory taken before it grew still
+//   reads and writes the same memory, up to its own length.
+//
+// Why the first: componentize-js records every allocation of `cabi_realloc`
+// in one list that is freed only when the export returns, and the bindings'
+// free of a call's results searches that list from its start. Arguments
+// (every path is a string) are never freed during the export, so the list
+// grows by one entry per host call and each call searches all earlier ones:
+// over a run of 40 000 `readFile` calls a call costs 0.68 M fuel on average
+// instead of 0.11 M, more the more calls came before. Freeing the arguments
+// after the call (the caller owns them; the host copied them during the
+// call) keeps the list short and a call's cost flat.
 // BENCHMARKS.md, "Host calls per language", has the figures;
 // `host/benches/host_calls.py` measures them.
 //
@@ -22,7 +36,7 @@
 // @bytecodealliance/componentize-js`), else from the current folder up,
 // else at $DURASYNC_COMPONENTIZE_JS (its package folder). Another release
 // than 0.23.0, or bindings that do not look like its, are refused: the
-// change is made to that release's output.
+// changes are made to that release's output.
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -59,6 +73,12 @@ const AFTER = "delete globalThis.$bindings;\n";
 const IMPORT_CALL = /^(\s*)((?:ret = )?\$import_[\w$]+\(.*\);)$/gm;
 const EXPORT_START = /^((?:async )?function export_[\w$]+\([^)]*\) \{)$/gm;
 const DEBUG_LOG = /_debugLog\('[^']*', \{[^{}]*\}\);/g;
+const ENCODE = /^function _utf8AllocateAndEncode\(s, realloc, memory\) \{\n[\s\S]*?\n\}\n/m;
+const DATA_VIEW = "const dataView = mem => dv.buffer === mem.buffer ? dv : dv = new DataView(mem.buffer);\n";
+const MEMORY_ACCESS = /\bdataView\(\$memory\)\.((?:get|set)\w+)\((\w+) \+ (\d+),/g;
+// Bytes past an access's address that the cached view must reach: the
+// widest access (a 64-bit value).
+const WIDEST = 8;
 const PRELUDE = `
 // durasync-componentize-js: argument memory of an import call, freed when
 // the call returns (see durasync-guest/componentize.mjs).
@@ -74,23 +94,66 @@ function $freeArgs() {
   }
   $argAllocs.length = 0;
 }
+// The view every memory access of the bindings uses, reaching $viewEnd;
+// taken anew when an access lies past it (the memory grew). Empty until the
+// first access, in an export call.
+let $view = null;
+let $viewEnd = 0;
+function $viewTo() {
+  const buffer = $memory.buffer;
+  $view = new DataView(buffer);
+  $viewEnd = buffer.byteLength;
+  return $view;
+}
 `;
 
-/** The bindings with every import call's argument memory freed after it
- * and no debug log calls. */
+// The string encoder of the bindings with the same checks and result (ptr,
+// len), encoding once into the most bytes the string can take.
+const FAST_ENCODE = `function _utf8AllocateAndEncode(s, realloc, memory) {
+  if (typeof s !== 'string') {
+    throw new TypeError('expected a string, received [' + typeof s + ']');
+  }
+  if (s.length === 0) { return { ptr: 1, len: 0 }; }
+  // durasync-componentize-js: UTF-8 takes at most 3 bytes per UTF-16 code
+  // unit (a surrogate pair: 4 bytes for 2 units).
+  const size = s.length * 3;
+  const ptr = realloc(0, 0, 1, size);
+  const { read, written } = TEXT_ENCODER_UTF8.encodeInto(
+  s,
+  new Uint8Array(memory.buffer, ptr, size),
+  );
+  if (read !== s.length) {
+    throw new Error('failed to encode whole string');
+  }
+  return { ptr, len: written };
+}
+`;
+
+/** The bindings with every import call's argument memory freed after it,
+ * no debug log calls, strings encoded in one step and memory accessed
+ * through one cached view. */
 function patchBindings(bindings) {
   const at = bindings.indexOf(AFTER);
   if (at < 0 || !bindings.includes("$dealloc")) {
     fail(`the bindings this ${PACKAGE} generates are not 0.23.0's (no \`${AFTER.trim()}\` or no $dealloc)`);
+  }
+  const encoder = bindings.match(ENCODE);
+  if (!encoder || !encoder[0].includes("TEXT_ENCODER_UTF8.encodeInto(") || !bindings.includes(DATA_VIEW)) {
+    fail(`the bindings this ${PACKAGE} generates are not 0.23.0's (no _utf8AllocateAndEncode or dataView as it writes them)`);
   }
   const head = bindings.slice(0, at + AFTER.length);
   let calls = 0;
   let exports = 0;
   const body = bindings
     .slice(at + AFTER.length)
+    .replace(ENCODE, () => FAST_ENCODE)
     .replaceAll("$realloc(", "$argRealloc(")
     .replaceAll("$realloc,", "$argRealloc,")
     .replace(DEBUG_LOG, "")
+    .replace(MEMORY_ACCESS, (_, method, base, offset) => {
+      const end = `${base} + ${Number(offset) + WIDEST}`;
+      return `(${end} <= $viewEnd ? $view : $viewTo()).${method}(${base} + ${offset},`;
+    })
     .replace(IMPORT_CALL, (_, indent, call) => {
       calls += 1;
       return `${indent}${call}\n${indent}$freeArgs();`;
@@ -104,6 +167,9 @@ function patchBindings(bindings) {
     });
   if (/\$realloc\b/.test(body)) {
     fail("the bindings use $realloc in a way this tool does not know");
+  }
+  if (/\bdataView\(/.test(body)) {
+    fail("the bindings access memory in a way this tool does not know");
   }
   if (exports === 0) {
     fail("found no export function in the generated bindings");

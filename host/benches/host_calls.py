@@ -8,6 +8,10 @@ CLI (`js-plain`).
 
     python3 host/benches/host_calls.py BINARY ROUNDS [SCRATCH_DIR]
 
+With JS_KIT_BEFORE=PATH (another copy of guest-sdk/js/componentize.mjs,
+e.g. from an older commit) JavaScript is built a third time, with that
+kit (`js-before`), and measured in the same rounds.
+
 The plugins are `host/benches/plugins/calls*` (the same loop in each
 language), built here with the toolchains the tests install under
 `target/lang-tools` (run `cargo test -p durasync --test plugins` once) and
@@ -21,7 +25,12 @@ the same round, so start-up and instantiation cancel out:
 - wall time of the whole `durasync run`, median [p10-p90] over the rounds,
   runs interleaved and their order rotated every round.
 Flat means the per-call figure at 40 000 is the one at 1 000. Never asserts
-on times."""
+on times.
+
+The rounds start once every component runs on Cranelift's code: a first
+`durasync run` runs Winch's code and compiles Cranelift's in the
+background, and the two differ in time and in fuel (a JavaScript
+`read-file` call: 71.9 k fuel on Winch's code, 80.2 k on Cranelift's)."""
 import glob, hashlib, os, re, shutil, statistics, subprocess, sys, time
 
 binary, rounds = os.path.abspath(sys.argv[1]), int(sys.argv[2])
@@ -33,6 +42,7 @@ plugins = os.path.join(root, "host/benches/plugins")
 wit = os.path.join(root, "wit")
 out = os.path.join(target, "host-calls-bench")
 js_build = os.path.join(root, "guest-sdk/js/componentize.mjs")
+js_before = os.environ.get("JS_KIT_BEFORE")
 COUNTS = [1000, 10000, 40000]
 
 
@@ -68,18 +78,21 @@ def build(lang):
                        check=True)
         return f"{target}/wasm-bench/wasm32-wasip2/release/bench_calls.wasm"
     src = {"python": "calls-py/app.py", "javascript": "calls-js/app.js", "js-plain": "calls-js/app.js",
+           "js-before": "calls-js/app.js",
            "go": "calls-go/plugin.go"}[lang]
     src = os.path.join(plugins, src)
     tool = {
         "python": f"{tools}/componentize-py-*/bin/componentize-py",
         "javascript": f"{tools}/componentize-js-*/node_modules/.bin/componentize-js",
         "js-plain": f"{tools}/componentize-js-*/node_modules/.bin/componentize-js",
+        "js-before": f"{tools}/componentize-js-*/node_modules/.bin/componentize-js",
         "go": f"{tools}/go-*-durasync-go-*/target/release/durasync-go",
     }[lang]
     tool = newest(tool)
     if tool is None:
         return print(f"{lang}: no toolchain under {tools} (run `cargo test -p durasync --test plugins`), left out")
-    wasm = f"{out}/{lang}-{digest(src, wit_file, tool, js_build)}.wasm"
+    kit = js_before if lang == "js-before" else js_build
+    wasm = f"{out}/{lang}-{digest(src, wit_file, tool, kit)}.wasm"
     if os.path.exists(wasm):
         return wasm
     stage = f"{out}/{lang}-src"
@@ -89,9 +102,9 @@ def build(lang):
     tmp = wasm + ".tmp"
     if lang == "python":
         cmd = [tool, "-d", wit, "-w", "plugin", "componentize", "-p", stage, "app", "-o", tmp]
-    elif lang in ("javascript", "js-plain"):
+    elif lang in ("javascript", "js-plain", "js-before"):
         cmd = ["--wit", wit, "-n", "plugin", "-d", "http", "fetch-event", "-o", tmp, f"{stage}/app.js"]
-        cmd = [tool] + cmd if lang == "js-plain" else ["node", js_build] + cmd
+        cmd = [tool] + cmd if lang == "js-plain" else ["node", kit] + cmd
     else:
         cmd = [tool, "build", stage, tmp]
     env = dict(go_env(), DURASYNC_COMPONENTIZE_JS=os.path.dirname(os.path.dirname(tool)) +
@@ -102,7 +115,8 @@ def build(lang):
     return wasm
 
 
-components = {lang: w for lang in ["rust", "python", "javascript", "js-plain", "go"] if (w := build(lang))}
+langs = ["rust", "python", "javascript", "js-plain"] + (["js-before"] if js_before else []) + ["go"]
+components = {lang: w for lang in langs if (w := build(lang))}
 shutil.rmtree(scratch, ignore_errors=True)
 os.makedirs(f"{scratch}/data")
 with open(f"{scratch}/data/blob", "wb") as f:
@@ -135,8 +149,26 @@ def run(lang, n):
 
 version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
 print(f"{version}; {os.cpu_count()} cpus; {rounds} rounds; a call: read-file of a 4 KiB file")
+
+
+def on_cranelift(wasm):
+    """Whether the compile cache holds Cranelift's code for `wasm` (and no
+    longer Winch's, which a run replaces once Cranelift's is there)."""
+    sha = hashlib.sha256(open(wasm, "rb").read()).hexdigest()
+    names = [n for n in os.listdir(f"{scratch}/cache") if n.startswith(sha) and n.endswith(".cwasm")]
+    return bool(names) and not any(n.endswith("-winch.cwasm") for n in names)
+
+
 for lang in components:
-    run(lang, 0)  # fill the compile cache
+    run(lang, 0)  # fill the compile cache (Winch's code; Cranelift's compiles in the background)
+waited = time.monotonic()
+while not all(on_cranelift(w) for w in components.values()):
+    if time.monotonic() - waited > 1800:
+        sys.exit("Cranelift's code not in the compile cache after 30 min")
+    time.sleep(5)
+    for lang in components:
+        run(lang, 0)
+print(f"on Cranelift's code after {time.monotonic() - waited:.0f} s")
 per_call = {(lang, n): [] for lang in components for n in COUNTS}
 fuel = {}
 jobs = [(lang, n) for lang in components for n in [0] + COUNTS]
