@@ -6,62 +6,17 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Value, json};
-
 use super::cross::{durasync_push, run, run_manifest};
 use super::faults::{REPO, WASM_CONFIG, WASM_LAYER, blob_requests, pull, routes, wasm};
 use super::support::fake_registry::{Fake, Reply};
+use super::support::referrers::{INDEX, attach_by_tag_as, index, referrer_as};
 use super::support::sigstore::{self as sig, By, GITHUB, Log, Make, Pki, WORKFLOW};
 use super::*;
-
-const INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const EMPTY: &str = "application/vnd.oci.empty.v1+json";
 
 /// The referrer manifest holding `bundle` for the manifest `subject`
 /// (`subject_size` bytes): cosign v3's layout.
 fn referrer(bundle: &[u8], subject: &str, subject_size: usize) -> Vec<u8> {
     referrer_as(bundle, sig::V03, subject, subject_size)
-}
-
-/// The same with the bundle's `media_type` as artifact and layer type.
-fn referrer_as(bundle: &[u8], media_type: &str, subject: &str, subject_size: usize) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": media_type,
-        "config": {"mediaType": EMPTY, "digest": oci_digest(b"{}"), "size": 2},
-        "layers": [{"mediaType": media_type, "digest": oci_digest(bundle), "size": bundle.len()}],
-        "subject": {"mediaType": OCI_MANIFEST, "digest": subject, "size": subject_size},
-    }))
-    .unwrap()
-}
-
-/// An index listing `referrers` (as the API and the tag schema give it).
-fn index(referrers: &[(&[u8], &str)]) -> Vec<u8> {
-    let m: Vec<Value> = referrers
-        .iter()
-        .map(|(b, at)| json!({"mediaType": OCI_MANIFEST, "digest": oci_digest(b), "size": b.len(), "artifactType": at}))
-        .collect();
-    serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": INDEX, "manifests": m})).unwrap()
-}
-
-/// A few lines of the distribution API: upload `blob` to `repo`.
-fn upload(registry: &str, repo: &str, blob: &[u8]) {
-    let start = ureq::post(&format!("http://{registry}/v2/{repo}/blobs/uploads/")).call().unwrap();
-    let location = start.header("location").unwrap().to_owned();
-    let location = if location.starts_with('/') { format!("http://{registry}{location}") } else { location };
-    let sep = if location.contains('?') { '&' } else { '?' };
-    ureq::put(&format!("{location}{sep}digest={}", oci_digest(blob)))
-        .set("Content-Type", "application/octet-stream")
-        .send_bytes(blob)
-        .unwrap();
-}
-
-fn put_manifest(registry: &str, repo: &str, reference: &str, media_type: &str, bytes: &[u8]) {
-    ureq::put(&format!("http://{registry}/v2/{repo}/manifests/{reference}"))
-        .set("Content-Type", media_type)
-        .send_bytes(bytes)
-        .unwrap();
 }
 
 /// Attach `bundle` to `subject` in `repo` through the referrers tag schema:
@@ -305,28 +260,6 @@ fn a_referrers_index_of_ten_thousand_entries_is_refused_by_its_count() {
 fn attach_all_by_tag(registry: &str, repo: &str, subject: &str, bundles: &[&[u8]]) {
     let typed: Vec<(&[u8], &str)> = bundles.iter().map(|b| (*b, sig::V03)).collect();
     attach_by_tag_as(registry, repo, subject, &typed);
-}
-
-/// Attach each bundle to `subject` in `repo` through the referrers tag
-/// schema, each under its media type.
-pub(crate) fn attach_by_tag_as(registry: &str, repo: &str, subject: &str, bundles: &[(&[u8], &str)]) {
-    let subject_size = ureq::get(&format!("http://{registry}/v2/{repo}/manifests/{subject}"))
-        .set("Accept", OCI_MANIFEST)
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap()
-        .len();
-    upload(registry, repo, b"{}");
-    let mut referrers = Vec::new();
-    for (bundle, media_type) in bundles {
-        upload(registry, repo, bundle);
-        let r = referrer_as(bundle, media_type, subject, subject_size);
-        put_manifest(registry, repo, &oci_digest(&r), OCI_MANIFEST, &r);
-        referrers.push((r, *media_type));
-    }
-    let listed: Vec<(&[u8], &str)> = referrers.iter().map(|(r, t)| (r.as_slice(), *t)).collect();
-    put_manifest(registry, repo, &subject.replace(':', "-"), INDEX, &index(&listed));
 }
 
 #[test]

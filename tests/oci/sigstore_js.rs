@@ -18,7 +18,7 @@ use durasync::runtime::trust::bundle;
 use durasync::runtime::trust::{Identity, TrustedRoot};
 
 use super::cross::{durasync_push, run, run_manifest};
-use super::sigstore::attach_by_tag_as;
+use super::support::referrers::attach_by_tag_as;
 use super::support::sigstore::{GITHUB, WORKFLOW};
 use super::*;
 

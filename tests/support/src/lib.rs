@@ -10,6 +10,7 @@ pub mod go_toolchain;
 pub mod http_server;
 pub mod oci_artifacts;
 pub mod peak;
+pub mod referrers;
 pub mod registry;
 pub mod sigstore;
 pub mod snapshot;
