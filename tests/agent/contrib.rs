@@ -142,15 +142,8 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
     // accepting a release workflow of vendor/plugins and nothing else.
     let root = tmp.path().join("trusted_root.json");
     std::fs::write(&root, Pki::new(tmp.path()).trusted_root(&[&Log::new(7)])).unwrap();
-    let keyless: Vec<String> = block
-        .iter()
-        .filter(|l| !l.starts_with("keys = "))
-        .map(|l| match l.strip_prefix("# ") {
-            Some(t) if t.starts_with("identities = ") || t.starts_with("trusted_root = ") => t.to_owned(),
-            _ => (*l).to_owned(),
-        })
-        .collect();
-    let text = keyless.join("\n").replace("/etc/durasync/trust/trusted_root.json", root.to_str().unwrap());
+    let text = keyless_form(&block.join("\n"))
+        .replace("/etc/durasync/trust/trusted_root.json", root.to_str().unwrap());
     let spec = Spec::parse(&text, Path::new("/etc/durasync/agent.d/kube-apiserver-certs.toml"))
         .unwrap_or_else(|e| panic!("{e}\n{text}"));
     let verify = &spec.manifest.verify;
@@ -172,6 +165,26 @@ fn the_kubernetes_objects_pass_kubernetes_validate_and_carry_a_valid_manifest() 
     for kind in ["namespace/durasync", "configmap/durasync-agent", "daemonset/durasync-agent"] {
         assert!(text.contains(&format!("passed for resource {kind}")), "{kind} not validated:\n{text}");
     }
+}
+
+/// The DaemonSet manifest's keyless form, as its comments give it: the
+/// `keys` line dropped, the commented `identities` and `trusted_root` lines
+/// uncommented, every other line as shipped.
+pub(super) fn keyless_form(manifest: &str) -> String {
+    let lines: Vec<&str> = manifest
+        .lines()
+        .filter(|l| !l.starts_with("keys = "))
+        .map(|l| match l.strip_prefix("# ") {
+            Some(t) if t.starts_with("identities = ") || t.starts_with("trusted_root = ") => t,
+            _ => l,
+        })
+        .collect();
+    let text = lines.join("\n") + "\n";
+    assert!(
+        text.contains("\nidentities = ") && text.contains("\ntrusted_root = ") && !text.contains("\nkeys = "),
+        "the DaemonSet's manifest has no commented keyless form:\n{manifest}"
+    );
+    text
 }
 
 #[test]

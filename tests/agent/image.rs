@@ -317,7 +317,7 @@ pub(super) fn build(podman: &Podman, tag: &str, context: &Path) {
 
 /// The DaemonSet's plugin reference, `oci://REGISTRY/REPO@sha256:…`, split:
 /// (registry, repository, manifest digest).
-fn plugin_reference(manifest: &str) -> (String, String, String) {
+pub(super) fn plugin_reference(manifest: &str) -> (String, String, String) {
     let wasm = manifest
         .lines()
         .find_map(|l| l.strip_prefix("wasm = \""))

@@ -7,6 +7,7 @@ mod actions;
 mod bench;
 mod config_dir;
 mod contrib;
+mod daemonset_trust;
 mod drift;
 mod faults;
 mod hardening;
