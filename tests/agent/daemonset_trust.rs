@@ -21,6 +21,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use durasync::digest::oci_digest;
+
 use super::contrib::keyless_form;
 use super::image::{daemonset, plugin_reference, text};
 use super::support::referrers::attach_by_tag_as;
@@ -251,7 +253,7 @@ fn the_daemonsets_manifest_verifies_a_key_signed_and_a_keyless_plugin_through_re
     // bytes changed in the registry's storage (the registry serves them
     // unchecked): the layer digest the manifest names no longer matches.
     attach(&bundle(By::Cert(&release), &digest, &log));
-    let component = ds.config_map[MANIFEST]
+    let component = manifest
         .lines()
         .find_map(|l| l.strip_prefix("sha256 = \""))
         .and_then(|l| l.strip_suffix('"'))
@@ -261,8 +263,12 @@ fn the_daemonsets_manifest_verifies_a_key_signed_and_a_keyless_plugin_through_re
         .join(format!("storage/docker/registry/v2/blobs/sha256/{}/{component}/data", &component[..2]));
     let mut bytes = std::fs::read(&blob).unwrap_or_else(|e| panic!("{}: {e}", blob.display()));
     *bytes.last_mut().unwrap() ^= 1;
+    let changed = oci_digest(&bytes);
     std::fs::write(&blob, bytes).unwrap();
-    refused("tampered", component);
+    refused(
+        "tampered",
+        &format!("wasm layer: the registry sent content whose digest is {changed}, not sha256:{component}"),
+    );
 
     // The registry goes away: both forms verify and sync again from their
     // nodes' caches (the bundle found before, the verified blob).
