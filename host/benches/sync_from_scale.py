@@ -14,8 +14,10 @@ each N and each round, in an order rotated by one every round:
                fsynced, renamed over its target, the directory fsynced)
 
 Each `durasync` row is the whole process, its peak RSS its own `ru_maxrss`
-(`os.wait4`). With `--old BINARY`, the same rows for another build (main's),
-for the memory it held. Ratios are per round, reported as median [p10-p90].
+(`os.wait4`), and for the one-file change its CPU time (user + system)
+against `diff -rq`'s, which a loaded machine disturbs less than wall time.
+With `--old BINARY`, the same rows for another build (main's), in the same
+rounds. Ratios are per round, reported as median [p10-p90].
 Never asserts anything.
 
     python3 host/benches/sync_from_scale.py BINARY [--old BINARY] [--ns 1000,10000,90000]
@@ -36,8 +38,12 @@ def args():
     return os.path.abspath(sys.argv[1]), a["old"] and os.path.abspath(a["old"]), ns, int(a["rounds"]), a["fs"], a["work"]
 
 
+CPU = {}  # the CPU time (user + system, ms) of each `timed` command, by command line
+
+
 def timed(cmd):
-    """Run `cmd`; its wall time in ms and its peak RSS in MiB."""
+    """Run `cmd`; its wall time in ms and its peak RSS in MiB (its CPU time
+    in `CPU`)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(p.pid, 0)
@@ -46,6 +52,7 @@ def timed(cmd):
     if p.returncode not in (0, 1):
         raise RuntimeError(f"{cmd}: exit {p.returncode}: {p.stderr.read().decode()}")
     p.stderr.close()
+    CPU[tuple(cmd)] = (usage.ru_utime + usage.ru_stime) * 1000
     return ms, usage.ru_maxrss / 1024
 
 
@@ -68,6 +75,7 @@ def run(binaries, n, rounds, img, mnt):
     rows = {f"{b} replace": [] for b in binaries} | {f"{b} one file": [] for b in binaries}
     rss = {k: [] for k in rows}
     floor, diff, fsyncs = [], [], []
+    cpu = {k: [] for k in rows} | {"diff": []}
     variants = list(binaries) + ["floor"]
     for r in range(rounds):
         order = variants[r % len(variants):] + variants[: r % len(variants)]
@@ -86,9 +94,9 @@ def run(binaries, n, rounds, img, mnt):
                 write_tree(src, r, n)
                 os.truncate(f"{src}/f{n // 2:05}", 100)
                 subprocess.run(["sync", "-f", mnt], check=True)
-                t0 = time.perf_counter()
-                subprocess.run(["diff", "-rq", src, f"{parent}/t"], capture_output=True)
-                diff.append((time.perf_counter() - t0) * 1000)
+                cmd = ["diff", "-rq", src, f"{parent}/t"]
+                diff.append(timed(cmd)[0])
+                cpu["diff"].append(CPU[tuple(cmd)])
                 settle(img, False)
                 fsyncs.append(two_fsyncs(parent))
                 shutil.rmtree(src)
@@ -102,12 +110,14 @@ def run(binaries, n, rounds, img, mnt):
                 ms, mib = timed([binary, "sync", f"{parent}/t", "--from", src])
                 rows[f"{v} replace"].append(ms)
                 rss[f"{v} replace"].append(mib)
+                cpu[f"{v} replace"].append(CPU[(binary, "sync", f"{parent}/t", "--from", src)])
                 os.truncate(f"{src}/f{n // 2:05}", 100)
                 subprocess.run(["sync", "-f", mnt], check=True)
                 settle(img, False)
                 ms, mib = timed([binary, "sync", f"{parent}/t", "--from", src])
                 rows[f"{v} one file"].append(ms)
                 rss[f"{v} one file"].append(mib)
+                cpu[f"{v} one file"].append(CPU[(binary, "sync", f"{parent}/t", "--from", src)])
                 shutil.rmtree(src)
             shutil.rmtree(parent)
     print(f"\n#### N = {n} x 4 KiB, {rounds} rounds, ms and peak RSS MiB, median [p10-p90]")
@@ -120,6 +130,13 @@ def run(binaries, n, rounds, img, mnt):
         what = "syncfs-floor" if k.endswith("replace") else "diff -rq + 2 fsyncs"
         ratios = [x / y for x, y in zip(rows[k], base)]
         print(f"  {k:18}  {fmt(rows[k])} ms, {fmt(ratios, 'x')} {what}; peak RSS {fmt(rss[k])} MiB")
+    # CPU time, which a loaded machine disturbs less than wall time: each
+    # one-file sync against `diff -rq` of the same round.
+    print(f"  CPU diff -rq        {fmt(cpu['diff'])} ms")
+    for k in rows:
+        if k.endswith("one file"):
+            ratios = [x / y for x, y in zip(cpu[k], cpu["diff"])]
+            print(f"  CPU {k:14}  {fmt(cpu[k])} ms, {fmt(ratios, 'x')} diff -rq's CPU")
 
 
 def main():

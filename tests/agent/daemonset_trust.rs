@@ -24,12 +24,12 @@ use std::process::{Command, Output};
 use durasync::digest::oci_digest;
 
 use super::contrib::keyless_form;
-use super::image::{daemonset, plugin_reference, text};
+use super::image::{daemonset, plugin_reference, push_pinned_certsync, text};
 use super::support::referrers::attach_by_tag_as;
 use super::support::registry::{Registry, free_port};
 use super::support::sigstore::{self as sig, By, GITHUB, Leaf, Log, Make, Pki, WORKFLOW};
 use super::support::snapshot::snapshot;
-use super::{ONCE_FAILED, certsync_wasm, support};
+use super::{ONCE_FAILED, support};
 
 /// The ConfigMap's manifest file.
 const MANIFEST: &str = "kube-apiserver-certs.toml";
@@ -166,22 +166,7 @@ fn the_daemonsets_manifest_verifies_a_key_signed_and_a_keyless_plugin_through_re
 
     // The vendor's side: certsync pushed as `durasync push` publishes it,
     // at the manifest digest the DaemonSet pins.
-    let out = Command::new(support::durasync())
-        .arg("push")
-        .arg(certsync_wasm())
-        .arg(format!("oci://{}/{repo}:{}", registry.registry(), env!("CARGO_PKG_VERSION")))
-        .env("XDG_CACHE_HOME", work.join("vendor-cache"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "durasync push:\n{}", text(&out));
-    let pushed = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("manifest digest: ").map(str::to_owned))
-        .unwrap_or_else(|| panic!("durasync push printed no digest:\n{}", text(&out)));
-    assert_eq!(
-        pushed, digest,
-        "contrib/kubernetes/daemonset.yaml names {digest}, this build pushes {pushed}"
-    );
+    push_pinned_certsync(&registry, &repo, &digest, &work.join("vendor-cache"));
 
     // The vendor's cosign key and the Sigstore test PKI with its trusted root.
     let vendor = p256::ecdsa::SigningKey::from_slice(&[42; 32]).unwrap();

@@ -115,6 +115,29 @@ impl Podman {
     }
 }
 
+/// This build's certsync pushed to `registry` as `repo` by `durasync push`
+/// (its cache in `vendor_cache`), as a vendor publishes it: its manifest
+/// digest must be `digest`, the one the DaemonSet pins.
+pub(super) fn push_pinned_certsync(registry: &Registry, repo: &str, digest: &str, vendor_cache: &Path) {
+    let out = Command::new(support::durasync())
+        .arg("push")
+        .arg(certsync_wasm())
+        .arg(format!("oci://{}/{repo}:{}", registry.registry(), env!("CARGO_PKG_VERSION")))
+        .env("XDG_CACHE_HOME", vendor_cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "durasync push:\n{}", text(&out));
+    let pushed = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("manifest digest: ").map(str::to_owned))
+        .unwrap_or_else(|| panic!("durasync push printed no digest:\n{}", text(&out)));
+    assert_eq!(
+        pushed, digest,
+        "this build's certsync is published as {pushed}; contrib/kubernetes/daemonset.yaml names \
+         {digest} (update it with the digest `durasync push` prints)"
+    );
+}
+
 pub(super) fn text(out: &Output) -> String {
     strip_ansi(&output_text(out))
 }
@@ -397,23 +420,7 @@ fn the_image_is_built_from_scratch_without_a_plugin_and_syncs_with_the_daemonset
     // registry stands in for the vendor's: the node reaches it as a mirror
     // of the name the manifest keeps.
     let Some(registry) = Registry::start() else { return };
-    let out = Command::new(support::durasync())
-        .arg("push")
-        .arg(certsync_wasm())
-        .arg(format!("oci://{}/{plugin_repo}:{}", registry.registry(), env!("CARGO_PKG_VERSION")))
-        .env("XDG_CACHE_HOME", work.path().join("vendor-cache"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "durasync push:\n{}", text(&out));
-    let pushed = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("manifest digest: ").map(str::to_owned))
-        .unwrap_or_else(|| panic!("durasync push printed no digest:\n{}", text(&out)));
-    assert_eq!(
-        pushed, plugin_digest,
-        "this build's certsync is published as {pushed}; contrib/kubernetes/daemonset.yaml names \
-         {plugin_digest} (update it with the digest `durasync push` prints)"
-    );
+    push_pinned_certsync(&registry, &plugin_repo, &plugin_digest, &work.path().join("vendor-cache"));
     let (vendor_key, vendor_pub) = openssl_key(work.path(), "vendor");
     let signed = payload(&format!("{plugin_registry}/{plugin_repo}"), &plugin_digest, serde_json::json!({}));
     let sig = openssl_sign(work.path(), &vendor_key, &signed);

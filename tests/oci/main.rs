@@ -44,6 +44,20 @@ fn durasync(cache: &Path, args: &[&str]) -> Output {
 }
 
 /// `durasync ARGS` with a private cache and these environment variables.
+/// `durasync agent --once` of the manifests in `conf`, compiling into
+/// `cache_dir` (where the tests count the `.cwasm` files).
+fn agent_once(cache: &Path, conf: &Path, cache_dir: &Path) -> Output {
+    let args = [
+        "agent",
+        "--once",
+        "--config-dir",
+        conf.to_str().unwrap(),
+        "--cache-dir",
+        cache_dir.to_str().unwrap(),
+    ];
+    durasync(cache, &args)
+}
+
 fn durasync_env(cache: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output {
     Command::new(support::durasync())
         .args(args)

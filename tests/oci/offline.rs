@@ -47,20 +47,7 @@ fn an_agent_with_oci_manifests_restarts_and_reconciles_while_the_registry_is_dow
         )
         .unwrap();
     }
-    let agent_once = || {
-        let cache_dir = cache.join("durasync");
-        durasync(
-            &cache,
-            &[
-                "agent",
-                "--once",
-                "--config-dir",
-                conf.to_str().unwrap(),
-                "--cache-dir",
-                cache_dir.to_str().unwrap(),
-            ],
-        )
-    };
+    let agent_once = || agent_once(&cache, &conf, &cache.join("durasync"));
     assert_status(&agent_once(), OK);
 
     // The registry goes away; the node's files are lost too; the agent

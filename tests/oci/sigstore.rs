@@ -128,17 +128,7 @@ fn a_keyless_bundle_in_the_referrers_tag_verifies_by_identity_then_offline_and_a
     )
     .unwrap();
     let agent_cache = cache.join("durasync");
-    let out = durasync(
-        &cache,
-        &[
-            "agent",
-            "--once",
-            "--config-dir",
-            conf.to_str().unwrap(),
-            "--cache-dir",
-            agent_cache.to_str().unwrap(),
-        ],
-    );
+    let out = agent_once(&cache, &conf, &agent_cache);
     assert_status(&out, 13);
     assert!(output_text(&out).contains("is none of the policy's"), "{}", output_text(&out));
     assert_eq!(std::fs::read_dir(evil_dir.join("out")).unwrap().count(), 0);

@@ -194,17 +194,7 @@ fn bundles_signed_by_sigstore_js_verify_by_identity_and_another_identity_issuer_
         )
         .unwrap();
         let agent_cache = run_dir.join("agent-cache");
-        let out = durasync(
-            &cache,
-            &[
-                "agent",
-                "--once",
-                "--config-dir",
-                conf.to_str().unwrap(),
-                "--cache-dir",
-                agent_cache.to_str().unwrap(),
-            ],
-        );
+        let out = agent_once(&cache, &conf, &agent_cache);
         let compiled =
             walk(&agent_cache).into_iter().filter(|p| p.extension().is_some_and(|e| e == "cwasm")).count();
         let written = std::fs::read_dir(run_dir.join("out")).unwrap().count();

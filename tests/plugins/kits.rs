@@ -21,6 +21,22 @@ fn outside(prefix: &str) -> tempfile::TempDir {
     tmp
 }
 
+/// `durasync-go` as a vendor has it: the binary alone, copied out of its
+/// build folder into `TMP/bin` of a directory outside the checkout, and a
+/// `PATH` of that folder and the system's, with no cargo on it.
+fn durasync_go_alone(prefix: &str) -> (tempfile::TempDir, PathBuf, String) {
+    let tool = support::go_toolchain::install();
+    let tmp = outside(prefix);
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(&tool, bin.join("durasync-go")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    for dir in std::env::split_paths(&path) {
+        assert!(!dir.join("cargo").exists(), "cargo is in {}: the test cannot hide it", dir.display());
+    }
+    (tmp, bin, path)
+}
+
 /// Run `cmd`; panic with its output unless it succeeds.
 fn ok(cmd: &mut Command, what: &str) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
@@ -407,15 +423,7 @@ func TestWritesTheInputThenNothingWhenUnchanged(t *testing.T) {
 /// run. Go is the tests' install (`$GO`).
 #[test]
 fn durasync_go_alone_builds_tests_and_runs_a_plugin_outside_the_checkout_without_cargo() {
-    let tool = support::go_toolchain::install();
-    let tmp = outside("durasync-kit-go-");
-    let bin = tmp.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::copy(&tool, bin.join("durasync-go")).unwrap();
-    let path = format!("{}:/usr/bin:/bin", bin.display());
-    for dir in std::env::split_paths(&path) {
-        assert!(!dir.join("cargo").exists(), "cargo is in {}: the test cannot hide it", dir.display());
-    }
+    let (tmp, bin, path) = durasync_go_alone("durasync-kit-go-");
     let durasync_go = |args: &[&str]| {
         let mut cmd = Command::new(bin.join("durasync-go"));
         cmd.current_dir(tmp.path()).args(args);
@@ -535,15 +543,7 @@ func Line[N ~int | ~uint32 | ~uint64](outcome string, written, removed N) string
 /// there and the component.
 #[test]
 fn a_go_plugin_module_requiring_the_kit_and_a_third_party_module_tests_builds_and_runs_from_a_file_proxy() {
-    let tool = support::go_toolchain::install();
-    let tmp = outside("durasync-kit-gomod-");
-    let bin = tmp.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::copy(&tool, bin.join("durasync-go")).unwrap();
-    let path = format!("{}:/usr/bin:/bin", bin.display());
-    for dir in std::env::split_paths(&path) {
-        assert!(!dir.join("cargo").exists(), "cargo is in {}: the test cannot hide it", dir.display());
-    }
+    let (tmp, bin, path) = durasync_go_alone("durasync-kit-gomod-");
     let proxy = tmp.path().join("proxy");
     let vendor_env = |cmd: &mut Command| {
         support::go_toolchain::go_env(cmd);
