@@ -167,8 +167,9 @@ function freeArgsAfterCalls(body) {
     const frees = strings.map(({ arg, ptr, len }) => `\n${indent}if (${len} !== 0) $dealloc(${ptr}, ${arg}.length * 3, 1);`);
     // Other arguments were lowered through $argRealloc: free them as
     // before (any use since the last call counts, to err on freeing).
-    const rest = before.includes("$argRealloc") ? `\n${indent}$freeArgs();` : "";
-    out += before.slice(0, start) + lowered + `${lines}${call}` + frees.join("") + rest;
+    const code = before.slice(0, start) + lowered;
+    const rest = code.includes("$argRealloc") ? `\n${indent}$freeArgs();` : "";
+    out += code + `${lines}${call}` + frees.join("") + rest;
     from = match.index + line.length;
     calls += 1;
   }
