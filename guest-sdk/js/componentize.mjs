@@ -165,8 +165,9 @@ function freeArgsAfterCalls(body) {
     });
     // The encoder allocates 3 bytes per UTF-16 code unit, none for "".
     const frees = strings.map(({ arg, ptr, len }) => `\n${indent}if (${len} !== 0) $dealloc(${ptr}, ${arg}.length * 3, 1);`);
-    // Other arguments were lowered through $argRealloc: free them as
-    // before (any use since the last call counts, to err on freeing).
+    // Other arguments were lowered through $argRealloc: free them with
+    // $freeArgs, after any call with a use of it since the last call (a
+    // $freeArgs with nothing recorded frees nothing).
     const code = before.slice(0, start) + lowered;
     const rest = code.includes("$argRealloc") ? `\n${indent}$freeArgs();` : "";
     out += code + `${lines}${call}` + frees.join("") + rest;
