@@ -4,7 +4,11 @@
 // keeping what the bindings do and making a host call cheaper:
 //
 // - The memory an import call's arguments were lowered into is freed when
-//   the call returns.
+//   the call returns: a string argument's right after the call, from the
+//   encoder's own pointer; any other argument's through a list of the
+//   allocations made since the last call.
+// - A resource method runs in the method itself instead of in a function
+//   the method creates and calls on every call (a closure: ~3 k fuel).
 // - The calls of the bindings' debug log (a no-op outside Node, which still
 //   builds an object per call) are left out.
 // - A string is encoded into memory in one `TextEncoder.encodeInto` call,
@@ -79,6 +83,12 @@ const MEMORY_ACCESS = /\bdataView\(\$memory\)\.((?:get|set)\w+)\((\w+) \+ (\d+),
 // Bytes past an access's address that the cached view must reach: the
 // widest access (a 64-bit value).
 const WIDEST = 8;
+// A string argument lowered for an import call: the encoder's call and
+// the two lines that take its pointer and length.
+const STRING_ARG = /^([ \t]*)var encodeRes = _utf8AllocateAndEncode\((arg\d+), \$argRealloc, \$memory\);\n\s*var (ptr\d+)= encodeRes\.ptr;\n\s*var (len\d+) = encodeRes\.len;$/gm;
+// A resource method as 0.23.0 writes it: a function `helper` taking `this`
+// and the arguments, created and called by the method.
+const METHOD_HELPER = /^( {2})(\w+)\(([^)]*)\) \{\n {4}function helper\(arg0((?:, arg\d+)*)\) \{\n([\s\S]*?)\n {4}\}\n {4}return helper\(this(?:, )?\3\);\n {2}\}$/gm;
 const PRELUDE = `
 // durasync-componentize-js: argument memory of an import call, freed when
 // the call returns (see durasync-guest/componentize.mjs).
@@ -129,9 +139,47 @@ const FAST_ENCODE = `function _utf8AllocateAndEncode(s, realloc, memory) {
 }
 `;
 
+/** `body` with each import call freeing its string arguments right after
+ * it returns, and calling `$freeArgs` only when the function lowered other
+ * arguments through `$argRealloc`. Each free happens once: an allocation
+ * either is a string argument freed after its call, or is in `$argAllocs`;
+ * one the call never reaches (an argument after it throws) is freed by
+ * componentize-js when the export returns, as is all `cabi_realloc` memory
+ * not freed before. */
+function freeArgsAfterCalls(body) {
+  let out = "";
+  let from = 0;
+  let calls = 0;
+  for (const match of body.matchAll(IMPORT_CALL)) {
+    const [line, lines, call] = match;
+    const indent = lines.slice(lines.lastIndexOf("\n") + 1);
+    const before = body.slice(from, match.index);
+    // The lowering of this call's arguments: its function's code up to the
+    // call (no function is defined between an import's arguments and it).
+    const start = before.lastIndexOf("function ") + 1;
+    const strings = [];
+    const lowered = before.slice(start).replace(STRING_ARG, (_, sindent, arg, ptr, len) => {
+      strings.push({ arg, ptr, len });
+      return `${sindent}var encodeRes = _utf8AllocateAndEncode(${arg}, $realloc, $memory);\n` +
+        `${sindent}var ${ptr}= encodeRes.ptr;\n${sindent}var ${len} = encodeRes.len;`;
+    });
+    // The encoder allocates 3 bytes per UTF-16 code unit, none for "".
+    const frees = strings.map(({ arg, ptr, len }) => `\n${indent}if (${len} !== 0) $dealloc(${ptr}, ${arg}.length * 3, 1);`);
+    // Other arguments were lowered through $argRealloc: free them with
+    // $freeArgs, after any call with a use of it since the last call (a
+    // $freeArgs with nothing recorded frees nothing).
+    const code = before.slice(0, start) + lowered;
+    const rest = code.includes("$argRealloc") ? `\n${indent}$freeArgs();` : "";
+    out += code + `${lines}${call}` + frees.join("") + rest;
+    from = match.index + line.length;
+    calls += 1;
+  }
+  return { body: out + body.slice(from), calls };
+}
+
 /** The bindings with every import call's argument memory freed after it,
- * no debug log calls, strings encoded in one step and memory accessed
- * through one cached view. */
+ * no debug log calls, strings encoded in one step, memory accessed through
+ * one cached view and resource methods without a per-call closure. */
 function patchBindings(bindings) {
   const at = bindings.indexOf(AFTER);
   if (at < 0 || !bindings.includes("$dealloc")) {
@@ -142,9 +190,8 @@ function patchBindings(bindings) {
     fail(`the bindings this ${PACKAGE} generates are not 0.23.0's (no _utf8AllocateAndEncode or dataView as it writes them)`);
   }
   const head = bindings.slice(0, at + AFTER.length);
-  let calls = 0;
   let exports = 0;
-  const body = bindings
+  const lowered = bindings
     .slice(at + AFTER.length)
     .replace(ENCODE, () => FAST_ENCODE)
     .replaceAll("$realloc(", "$argRealloc(")
@@ -154,10 +201,6 @@ function patchBindings(bindings) {
       const end = `${base} + ${Number(offset) + WIDEST}`;
       return `(${end} <= $viewEnd ? $view : $viewTo()).${method}(${base} + ${offset},`;
     })
-    .replace(IMPORT_CALL, (_, indent, call) => {
-      calls += 1;
-      return `${indent}${call}\n${indent}$freeArgs();`;
-    })
     // The result of an export is lowered with $argRealloc too, and freed by
     // componentize-js when the export returns: forget it when the next
     // export starts, so no import call of that one frees it again.
@@ -165,8 +208,18 @@ function patchBindings(bindings) {
       exports += 1;
       return `${start}\n  $argAllocs.length = 0;`;
     });
-  if (/\$realloc\b/.test(body)) {
+  if (/\$realloc\b/.test(lowered)) {
     fail("the bindings use $realloc in a way this tool does not know");
+  }
+  const freed = freeArgsAfterCalls(lowered);
+  const calls = freed.calls;
+  // The method's code runs as the method: `this` as the helper's first
+  // argument, the method's arguments renamed to the helper's.
+  const body = freed.body.replace(METHOD_HELPER, (_, indent, name, params, rest, code) => {
+    return `${indent}${name}(${rest.slice(2)}) {\n    const arg0 = this;\n${code}\n${indent}}`;
+  });
+  if (body.includes("function helper(")) {
+    fail("the bindings define a resource method in a way this tool does not know");
   }
   if (/\bdataView\(/.test(body)) {
     fail("the bindings access memory in a way this tool does not know");
