@@ -53,9 +53,9 @@ fn a_first_start_runs_winchs_code_and_the_first_run_after_the_background_compile
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(artifacts(&dir).len(), 1, "{:?}", artifacts(&dir));
-    // Nothing runs until the input changes: still Winch's code.
-    assert_eq!(compiler(&agent, "a").as_deref(), Some("winch"));
 
+    // A run now (an input change; the agent may also have run again on its
+    // own, after an input event of the set-up) runs Cranelift's code.
     node.set_generation("a", 2);
     node.wait_generation("a", 2, &agent);
     agent.wait_log("now running Cranelift's code");
