@@ -466,7 +466,22 @@ impl Daemon {
         }
     }
 
+    /// A plugin on Winch's code (a first start) moves to Cranelift's once
+    /// the background compile stored it (runtime/upgrade.rs). `/status` says
+    /// so before the log does, so whoever reads the log line and then asks
+    /// `/status` sees the same compiler.
+    fn take_upgrade(&mut self, file: &Path) {
+        let Some(inst) = self.instances.get_mut(file) else { return };
+        let Some(l) = &inst.loaded else { return };
+        let Some(plugin) = self.runtime.upgraded(&inst.label, &l.plugin) else { return };
+        let (label, sha256) = (inst.label.clone(), plugin.sha256.clone());
+        inst.loaded = Some(Arc::new(Loaded { spec: l.spec.clone(), plugin }));
+        self.refresh();
+        tracing::info!(instance = %label, sha256 = %sha256, "now running Cranelift's code");
+    }
+
     fn start_run(&mut self, file: &Path) {
+        self.take_upgrade(file);
         let Some(inst) = self.instances.get_mut(file) else { return };
         // A plugin named by an OCI tag: on its interval the tag is resolved
         // again first, on the loader thread (a new digest that verifies is
@@ -481,14 +496,6 @@ impl Daemon {
             inst.loading = true;
             self.dispatch(vec![file.to_path_buf()], false, false, true);
             return;
-        }
-        // A plugin on Winch's code (a first start) moves to Cranelift's once
-        // the background compile stored it (runtime/upgrade.rs).
-        if let Some(l) = &inst.loaded
-            && let Some(plugin) = self.runtime.upgraded(&inst.label, &l.plugin)
-        {
-            tracing::info!(instance = %inst.label, sha256 = %plugin.sha256, "now running Cranelift's code");
-            inst.loaded = Some(Arc::new(Loaded { spec: l.spec.clone(), plugin }));
         }
         let (Some(loaded), Some((_, trigger))) = (inst.loaded.clone(), inst.due.take()) else { return };
         inst.running = true;
