@@ -176,7 +176,7 @@ fn row(i: &InstanceStatus, now: SystemTime) -> [String; 7] {
                 s.push_str(&format!(" signed by {by}"));
             }
             // Baseline code, until the background compile is swapped in.
-            if p.compiler.as_deref() == Some("winch") {
+            if p.compiler.as_deref() == Some(durasync::runtime::compiler::Compiler::Winch.name()) {
                 s.push_str(" (Winch's code)");
             }
             s

@@ -150,6 +150,13 @@ impl Runtime {
         self.compile_tiered(label, wasm, true)
     }
 
+    /// `f` given the engines a cache load may use: Cranelift's, and Winch's
+    /// made only if the load asks for it.
+    fn with_engines<R>(&self, f: impl FnOnce(&cache::Engines<'_>) -> R) -> R {
+        let winch = || self.winch().map(|(e, _)| e.clone()).map_err(|e| e.to_string());
+        f(&cache::Engines { cranelift: &self.engine, winch: &winch })
+    }
+
     /// [`Runtime::compile`]; `tiered`: a miss may be compiled by Winch first
     /// (with a compile child).
     fn compile_tiered(&self, label: &str, wasm: &[u8], tiered: bool) -> Result<Compiled, Error> {
@@ -158,9 +165,7 @@ impl Runtime {
         // artifact, a core module or a file that is not wasm.
         let interface = Interface::parse(wasm).map_err(policy)?;
         let sha256 = sha256_hex(wasm);
-        let winch = || self.winch().map(|(e, _)| e.clone()).map_err(|e| e.to_string());
-        let engines = cache::Engines { cranelift: &self.engine, winch: &winch };
-        let loaded = self.cache.load(&engines, &sha256, wasm, tiered);
+        let loaded = self.with_engines(|engines| self.cache.load(engines, &sha256, wasm, tiered));
         let (component, cache, compiler) = loaded.map_err(|e| match e {
             cache::LoadError::Invalid(e) => policy(format!("it is not a valid component: {e:#}")),
             cache::LoadError::Compiler(why) => {
@@ -287,9 +292,8 @@ impl Runtime {
         if !pins.remembers(&FileState::of(&meta), pinned) {
             return Ok(None);
         }
-        let winch = || self.winch().map(|(e, _)| e.clone()).map_err(|e| e.to_string());
-        let engines = cache::Engines { cranelift: &self.engine, winch: &winch };
-        let Some((component, compiler)) = self.cache.load_without_bytes(&engines, pinned) else {
+        let Some((component, compiler)) = self.with_engines(|e| self.cache.load_without_bytes(e, pinned))
+        else {
             return Ok(None);
         };
         let interface = Interface::of(&component, self.engine_of(compiler)?.0);

@@ -439,7 +439,10 @@ impl Pull<'_> {
             format!("{} {manifest_digest} {}", r.name(), artifact_types.first().copied().unwrap_or_default());
         let filter = match artifact_types {
             [one] => {
-                format!("?artifactType={}", one.replace('+', "%2B").replace(';', "%3B").replace('=', "%3D"))
+                format!(
+                    "?artifactType={}",
+                    url::form_urlencoded::byte_serialize(one.as_bytes()).collect::<String>()
+                )
             }
             _ => String::new(),
         };
