@@ -185,12 +185,16 @@ def settle(img, busy):
         subprocess.run(["sync", "-f", img], check=True)
 
 
-def mount(fs, work):
+def mount(fs, work, inodes=None):
+    """A 4 GiB image of `fs`, loop-mounted; `inodes`: at least that many
+    inodes on ext4 (xfs and btrfs allocate them as needed)."""
     img, mnt = f"{work}/{fs}.img", f"{work}/mnt-{fs}"
     with open(img, "wb") as f:
         f.truncate(4 << 30)
     mkfs = {"ext4": ["mkfs.ext4", "-q", "-F", "-O", "has_journal"], "xfs": ["mkfs.xfs", "-q", "-f"],
             "btrfs": ["mkfs.btrfs", "-q", "-f"]}[fs]
+    if fs == "ext4" and inodes:
+        mkfs += ["-N", str(inodes)]
     subprocess.run(mkfs + [img], check=True, capture_output=True)
     os.makedirs(mnt, exist_ok=True)
     subprocess.run(["mount", "-o", "loop", img, mnt], check=True)

@@ -43,6 +43,10 @@ use super::errors::Error;
 /// The lock file in the cache directory that one upgrade holds.
 const LOCK: &str = ".upgrade.lock";
 
+/// How long a load waits for the upgrade process to take the lock and the
+/// component: a start of the binary and a pipe copy, on a loaded node.
+const ACK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The note a failed upgrade leaves for the Cranelift artifact `artifact`.
 fn note(artifact: &Path) -> PathBuf {
     let mut name = artifact.as_os_str().to_owned();
@@ -74,6 +78,18 @@ pub(crate) fn under_way(dir: &Path) -> bool {
 /// lock), so a load right after this one sees the upgrade under way; a
 /// failure to start it is logged, and the Winch artifact stays in use.
 pub(crate) fn start(child: &OutOfProcess, wasm: &[u8], sha256: &str, artifact: &Path, replaces: &Path) {
+    start_within(child, wasm, sha256, artifact, replaces, ACK_DEADLINE);
+}
+
+/// [`start`], waiting at most `deadline` for the process's answer.
+fn start_within(
+    child: &OutOfProcess,
+    wasm: &[u8],
+    sha256: &str,
+    artifact: &Path,
+    replaces: &Path,
+    deadline: std::time::Duration,
+) {
     let spawned = Command::new(&child.program)
         .args(&child.args)
         .arg("--upgrade")
@@ -105,12 +121,27 @@ pub(crate) fn start(child: &OutOfProcess, wasm: &[u8], sha256: &str, artifact: &
     // The process takes the lock, says so with one byte on stdout, then
     // reads the whole component before it compiles: this returns within a
     // pipe copy. A process that found the lock busy ends without reading
-    // (the write fails, the byte never comes).
-    let mut stdin = process.stdin.take().expect("piped");
-    let wrote = stdin.write_all(wasm);
-    drop(stdin);
-    let mut ack = [0u8; 1];
-    let locked = process.stdout.take().expect("piped").read(&mut ack).is_ok_and(|n| n == 1);
+    // (the write fails, the byte never comes). One that neither answers nor
+    // reads within ACK_DEADLINE is killed (its group), which ends the
+    // write and the read: a load never waits longer for it.
+    let (mut stdin, mut stdout) =
+        (process.stdin.take().expect("piped"), process.stdout.take().expect("piped"));
+    let (done, answered) = std::sync::mpsc::channel();
+    let (wrote, locked) = std::thread::scope(|scope| {
+        let talk = scope.spawn(move || {
+            let wrote = stdin.write_all(wasm);
+            drop(stdin);
+            let mut ack = [0u8; 1];
+            let locked = stdout.read(&mut ack).is_ok_and(|n| n == 1);
+            let _ = done.send(());
+            (wrote, locked)
+        });
+        if answered.recv_timeout(deadline).is_err() {
+            tracing::warn!("cache: the Cranelift compile of {sha256} did not answer in {deadline:?}; ended");
+            crate::spawn::child::kill_group(&mut process);
+        }
+        talk.join().unwrap_or_else(|_| (Err(std::io::Error::other("panicked")), false))
+    });
     match (locked, wrote) {
         (true, Ok(())) => {
             tracing::info!(sha256, pid = process.id(), "cache: compiling with Cranelift in the background")
@@ -186,4 +217,32 @@ fn write_note(artifact: &Path, why: &str) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
     writeln!(f, "{why}")?;
     std::fs::rename(&tmp, &path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_ends_an_upgrade_process_that_neither_reads_nor_answers_by_its_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        // A process that records its pid and then sleeps, never reading
+        // stdin: a component larger than a pipe's buffer blocks the write.
+        let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+        let child = OutOfProcess {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into(), "sh".into()],
+            timeout: std::time::Duration::from_secs(600),
+        };
+        let wasm = vec![0u8; 4 << 20];
+        let (artifact, replaces) = (dir.path().join("a.cwasm"), dir.path().join("a-winch.cwasm"));
+        let started = std::time::Instant::now();
+        start_within(&child, &wasm, "00", &artifact, &replaces, std::time::Duration::from_secs(2));
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "{:?}", started.elapsed());
+        let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        let pid = rustix::process::Pid::from_raw(pid).unwrap();
+        // Killed and reaped: no such process any more.
+        assert_eq!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH));
+    }
 }
