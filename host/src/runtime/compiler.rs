@@ -201,6 +201,7 @@ impl OutOfProcess {
 pub fn serve(compiler: Compiler, artifact: &Path, sha256: &str) -> Result<(), Error> {
     // Best effort: a compile at normal priority is still a compile.
     let _ = rustix::process::nice(NICE);
+    be_the_first_oom_victim();
     let wasm = read_component(sha256)?;
     let _lock = lock_compiles(artifact.parent().unwrap_or(Path::new(".")))?;
     let engine = engine(compiler)?;
@@ -208,6 +209,16 @@ pub fn serve(compiler: Compiler, artifact: &Path, sha256: &str) -> Result<(), Er
         Component::new(&engine, &wasm).map_err(|e| Error::engine("compiling the component", e))?;
     store(&component, artifact)
         .map_err(|e| Error::Io { what: format!("storing {}", artifact.display()), source: e })
+}
+
+/// Ask the kernel's OOM killer to take this process before any other in its
+/// memory cgroup (`oom_score_adj` 1000, which any process may set for
+/// itself): under a container's limit, a compile is what goes, not the
+/// agent that runs the plugins already loaded. Its parent names the kill
+/// (see the module's comment). Best effort: without `/proc` the kernel
+/// chooses by size alone.
+pub(crate) fn be_the_first_oom_victim() {
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
 }
 
 /// The lock file in a cache directory that the one compile running there

@@ -161,6 +161,8 @@ fn start_within(
 /// against `sha256`), then the steps of the module docs, compiling in a
 /// child started as `child` says.
 pub fn serve(child: &OutOfProcess, artifact: &Path, sha256: &str, replaces: &Path) -> Result<(), Error> {
+    // It holds the whole component until its compile child has it.
+    compiler::be_the_first_oom_victim();
     let dir = artifact.parent().unwrap_or(Path::new("."));
     let io = |what: String| move |e: std::io::Error| Error::Io { what, source: e };
     // Only a Winch artifact beside the one this stores is ever removed.
