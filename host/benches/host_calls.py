@@ -224,7 +224,8 @@ for lang in components:
     cells = ["%.1f µs [%.1f-%.1f]" % q(per_call[(lang, n)]) for n in COUNTS]
     flat = median(per_call[(lang, 40000)]) / median(per_call[(lang, 1000)])
     print(f"| {lang}, whole run | {' | '.join(cells)} | {flat:.2f} |")
-print("\nThe first 100 calls, in the guest, at 1 000 calls: per call, ÷ the run's per call, share of the loop")
+print("\n| the first 100 of 1 000 calls, in the guest | per call | ÷ all 1 000's per call | share of the loop |")
+print("|---|---|---|---|")
 for lang in components:
     first, whole = first_100[(lang, 1000)], in_guest[(lang, 1000)]
     share = [100 * (f * 100) / (w * 1000) for f, w in zip(first, whole)]  # µs of the first 100 ÷ µs of all
@@ -239,7 +240,8 @@ if "python" in components:
         t = [f"{median(per_call[(lang, n)]) / median(per_call[('python', n)]):.2f}" for n in COUNTS]
         print(f"| {lang}, in the guest / fuel / whole run | "
               f"{' | '.join(a + ' / ' + b + ' / ' + c for a, b, c in zip(g, f, t))} |")
-    print("\nPer round (the same round's runs), in the guest, ÷ Python: median [p10-p90]")
+    print("\n| in the guest ÷ Python, per round | " + " | ".join(f"{n:,}" for n in COUNTS) + " |")
+    print(f"|---|{'---|' * len(COUNTS)}")
     for lang in components:
         cells = ["%.2f [%.2f-%.2f]" % q([a / b for a, b in zip(in_guest[(lang, n)], in_guest[("python", n)])])
                  for n in COUNTS]
