@@ -29,7 +29,7 @@ Three figures per call:
   run with 0 calls) / N` of the same round; and
 - wall time of the whole `durasync run`, the same difference: it includes
   the host's side of a run, and start-up noise divided by N.
-Times are medians [p10-p90] over the rounds (with fewer than 11 rounds,
+Times are medians [p10-p90] over the rounds (with fewer than 10 rounds,
 p10 and p90 are the lowest and the highest round), runs interleaved and
 their order rotated every round.
 Flat means the per-call figure at 40 000 is the one at 1 000. Never asserts
