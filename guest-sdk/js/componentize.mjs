@@ -16,7 +16,10 @@
 //   instead of first counting its UTF-8 length in a loop over its
 //   characters: that loop costs ~2 k fuel per character in StarlingMonkey's
 //   interpreter (31 k of a `readFile("blob")` call's 100 k; 85 k for a path
-//   of 25 characters).
+//   of 25 characters). A string argument of an import call is encoded by
+//   a function that returns the pointer and leaves the length in a
+//   variable, instead of returning a `{ ptr, len }` object the call reads
+//   twice.
 // - Every read and write of linear memory goes through one cached
 //   `DataView`, taken anew only when the address lies past the end of the
 //   one cached (the memory grew), instead of a call that reads
@@ -115,6 +118,29 @@ function $viewTo() {
   $viewEnd = buffer.byteLength;
   return $view;
 }
+
+// A string argument of an import call, encoded as _utf8AllocateAndEncode
+// encodes (the same checks and bytes) into memory from $realloc (freed
+// right after the call): returns the pointer and leaves the length in
+// $encodedLen, read on the next line.
+let $encodedLen = 0;
+function $encodeArg(s) {
+  if (typeof s !== 'string') {
+    throw new TypeError('expected a string, received [' + typeof s + ']');
+  }
+  if (s.length === 0) {
+    $encodedLen = 0;
+    return 1;
+  }
+  const size = s.length * 3;
+  const ptr = $realloc(0, 0, 1, size);
+  const { read, written } = TEXT_ENCODER_UTF8.encodeInto(s, new Uint8Array($memory.buffer, ptr, size));
+  if (read !== s.length) {
+    throw new Error('failed to encode whole string');
+  }
+  $encodedLen = written;
+  return ptr;
+}
 `;
 
 // The string encoder of the bindings with the same checks and result (ptr,
@@ -160,8 +186,7 @@ function freeArgsAfterCalls(body) {
     const strings = [];
     const lowered = before.slice(start).replace(STRING_ARG, (_, sindent, arg, ptr, len) => {
       strings.push({ arg, ptr, len });
-      return `${sindent}var encodeRes = _utf8AllocateAndEncode(${arg}, $realloc, $memory);\n` +
-        `${sindent}var ${ptr}= encodeRes.ptr;\n${sindent}var ${len} = encodeRes.len;`;
+      return `${sindent}var ${ptr} = $encodeArg(${arg});\n${sindent}var ${len} = $encodedLen;`;
     });
     // The encoder allocates 3 bytes per UTF-16 code unit, none for "".
     const frees = strings.map(({ arg, ptr, len }) => `\n${indent}if (${len} !== 0) $dealloc(${ptr}, ${arg}.length * 3, 1);`);

@@ -18,12 +18,20 @@ language), built here with the toolchains the tests install under
 cargo for Rust; a language whose toolchain is missing is left out and
 named. Every run has unlimited fuel and a long deadline, so none stops.
 
-Two figures per call, each `(run with N calls - run with 0 calls) / N` of
-the same round, so start-up and instantiation cancel out:
+Three figures per call:
+- in the guest: the plugin's own loop of N calls timed by its language's
+  monotonic clock (WASI's `wasi:clocks/monotonic-clock`), divided by N;
+  nothing of the run's start-up or instantiation is in it. The plugin also
+  gives the time of its first 100 calls, so a one-time cost of the first
+  call shows;
 - fuel (wasmtime's count of executed guest instructions, from the host's
-  debug log; deterministic, the same every round), and
-- wall time of the whole `durasync run`, median [p10-p90] over the rounds,
-  runs interleaved and their order rotated every round.
+  debug log; deterministic, the same every round), `(run with N calls -
+  run with 0 calls) / N` of the same round; and
+- wall time of the whole `durasync run`, the same difference: it includes
+  the host's side of a run, and start-up noise divided by N.
+Times are medians [p10-p90] over the rounds (with fewer than 10 rounds,
+p10 and p90 are the lowest and the highest round), runs interleaved and
+their order rotated every round.
 Flat means the per-call figure at 40 000 is the one at 1 000. Never asserts
 on times.
 
@@ -130,8 +138,12 @@ for lang, wasm in components.items():
                 f'[limits]\nfuel = "unlimited"\ntimeout_ms = 600000\n')
 
 
+GUEST = re.compile(r"in the guest: (\d+) ns, the first 100: (\d+) ns")
+
+
 def run(lang, n):
-    """One `durasync run` with N calls: (ms, fuel)."""
+    """One `durasync run` with N calls: (ms, fuel, the loop's ns and its
+    first 100 calls' ns by the guest's clock)."""
     with open(f"{scratch}/input", "w") as f:
         f.write(str(n))
     env = dict(os.environ, DURASYNC_LOG="durasync=debug")
@@ -144,7 +156,10 @@ def run(lang, n):
     fuel = [int(x) for x in re.findall(r"fuel=(\d+)", p.stderr)]
     if not fuel:
         sys.exit(f"{binary} logs no fuel at debug level: a binary older than the fuel log?")
-    return ms, fuel[-1]
+    guest = GUEST.search(p.stdout)
+    if guest is None:
+        sys.exit(f"{lang}: no loop time in the message (a plugin older than its clock?): {p.stdout}")
+    return ms, fuel[-1], int(guest[1]), int(guest[2])
 
 
 version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
@@ -170,16 +185,20 @@ while not all(on_cranelift(w) for w in components.values()):
         run(lang, 0)
 print(f"on Cranelift's code after {time.monotonic() - waited:.0f} s")
 per_call = {(lang, n): [] for lang in components for n in COUNTS}
+in_guest = {(lang, n): [] for lang in components for n in COUNTS}
+first_100 = {(lang, n): [] for lang in components for n in COUNTS}
 fuel = {}
 jobs = [(lang, n) for lang in components for n in [0] + COUNTS]
 for r in range(rounds):
     k = r % len(jobs)
     got = {job: run(*job) for job in jobs[k:] + jobs[:k]}
     for lang in components:
-        base_ms, base_fuel = got[(lang, 0)]
+        base_ms, base_fuel, _, _ = got[(lang, 0)]
         for n in COUNTS:
-            ms, f = got[(lang, n)]
+            ms, f, loop_ns, first_ns = got[(lang, n)]
             per_call[(lang, n)].append((ms - base_ms) * 1000 / n)
+            in_guest[(lang, n)].append(loop_ns / 1000 / n)
+            first_100[(lang, n)].append(first_ns / 1000 / 100)
             fuel[(lang, n)] = (f - base_fuel) / n
 
 
@@ -189,21 +208,43 @@ def q(xs):
     return statistics.median(xs), xs[max(0, n // 10)], xs[min(n - 1, (9 * n) // 10)]
 
 
+def median(xs):
+    return statistics.median(xs)
+
+
 print(f"\n| per call | {' | '.join(f'{n:,} calls' for n in COUNTS)} | 40k / 1k |")
 print(f"|---|{'---|' * (len(COUNTS) + 1)}")
+for lang in components:
+    cells = ["%.1f µs [%.1f-%.1f]" % q(in_guest[(lang, n)]) for n in COUNTS]
+    flat = median(in_guest[(lang, 40000)]) / median(in_guest[(lang, 1000)])
+    print(f"| {lang}, in the guest | {' | '.join(cells)} | {flat:.2f} |")
 for lang in components:
     cells = [f"{fuel[(lang, n)] / 1000:.1f} k fuel" for n in COUNTS]
     print(f"| {lang}, fuel | {' | '.join(cells)} | {fuel[(lang, 40000)] / fuel[(lang, 1000)]:.2f} |")
 for lang in components:
     cells = ["%.1f µs [%.1f-%.1f]" % q(per_call[(lang, n)]) for n in COUNTS]
-    flat = statistics.median(per_call[(lang, 40000)]) / statistics.median(per_call[(lang, 1000)])
-    print(f"| {lang}, time | {' | '.join(cells)} | {flat:.2f} |")
+    flat = median(per_call[(lang, 40000)]) / median(per_call[(lang, 1000)])
+    print(f"| {lang}, whole run | {' | '.join(cells)} | {flat:.2f} |")
+print("\n| the first 100 of 1 000 calls, in the guest | per call | ÷ all 1 000's per call | share of the loop |")
+print("|---|---|---|---|")
+for lang in components:
+    first, whole = first_100[(lang, 1000)], in_guest[(lang, 1000)]
+    share = [100 * (f * 100) / (w * 1000) for f, w in zip(first, whole)]  # µs of the first 100 ÷ µs of all
+    print("| %s | %.1f µs [%.1f-%.1f] | %.2f | %.1f %% |" % (
+        lang, *q(first), median([f / w for f, w in zip(first, whole)]), median(share)))
 if "python" in components:
     print("\n| / Python, per call | " + " | ".join(f"{n:,}" for n in COUNTS) + " |")
     print(f"|---|{'---|' * len(COUNTS)}")
     for lang in components:
         f = [f"{fuel[(lang, n)] / fuel[('python', n)]:.2f}" for n in COUNTS]
-        t = [f"{statistics.median(per_call[(lang, n)]) / statistics.median(per_call[('python', n)]):.2f}"
-             for n in COUNTS]
-        print(f"| {lang}, fuel / time | {' | '.join(a + ' / ' + b for a, b in zip(f, t))} |")
+        g = [f"{median(in_guest[(lang, n)]) / median(in_guest[('python', n)]):.2f}" for n in COUNTS]
+        t = [f"{median(per_call[(lang, n)]) / median(per_call[('python', n)]):.2f}" for n in COUNTS]
+        print(f"| {lang}, in the guest / fuel / whole run | "
+              f"{' | '.join(a + ' / ' + b + ' / ' + c for a, b, c in zip(g, f, t))} |")
+    print("\n| in the guest ÷ Python, per round | " + " | ".join(f"{n:,}" for n in COUNTS) + " |")
+    print(f"|---|{'---|' * len(COUNTS)}")
+    for lang in components:
+        cells = ["%.2f [%.2f-%.2f]" % q([a / b for a, b in zip(in_guest[(lang, n)], in_guest[("python", n)])])
+                 for n in COUNTS]
+        print(f"| {lang} | {' | '.join(cells)} |")
 shutil.rmtree(scratch)

@@ -11,7 +11,7 @@ KIT is the `durasync-componentize-js` to build with (default: this
 checkout's guest-sdk/js/componentize.mjs; give an older copy to compare).
 The plugin is built with a copy of KIT that appends to the bindings one
 line handing their internals (`$memory`, `$realloc`, `$dealloc`, the raw
-`read-file` import, the string encoder, `dataView`) to the plugin; nothing
+`read-file` import, the string encoders, `dataView`) to the plugin; nothing
 else changes. componentize-js comes from `target/lang-tools` (run `cargo
 test -p durasync --test plugins` once). The parts run once Cranelift's
 code is in the compile cache (Winch's code, which a first run uses, counts
@@ -35,7 +35,8 @@ contentGlobal.$parts = { memory: $memory, realloc: $realloc, dealloc: $dealloc,
   readFile: $import_durasync_plugin_fs_0_1_0$dir$method$readFile, encode: _utf8AllocateAndEncode,
   dataView, symbolRscHandle, finalizers: finalizationRegistry_import$fs_0_1_0$dir,
   argRealloc: typeof $argRealloc === "function" ? $argRealloc : undefined,
-  freeArgs: typeof $freeArgs === "function" ? $freeArgs : undefined };
+  freeArgs: typeof $freeArgs === "function" ? $freeArgs : undefined,
+  encodeArg: typeof $encodeArg === "function" ? $encodeArg : undefined };
 """
 text = open(kit).read()
 if RETURN not in text:
@@ -92,4 +93,7 @@ print(f"{os.path.relpath(kit, root)}; {N} iterations; fuel per iteration minus t
 print("| part | k fuel |\n|---|---|")
 parts = [p.strip() for p in run("list", 0)[1].splitlines() if p.strip() and p.strip() != "empty"]
 for part in parts:
+    if run(part, 0)[1].startswith("absent"):
+        print(f"| {part} | not in this kit |")
+        continue
     print(f"| {part} | {((run(part, N)[0] - base) / N - empty) / 1000:.1f} |", flush=True)

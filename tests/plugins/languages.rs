@@ -4,8 +4,8 @@
 //! `tests/support/src/toolchains.rs`) and run end to end through the real
 //! `durasync run`: for the same inputs they give the Rust example's
 //! results, files and errors, byte for byte. A JavaScript plugin making
-//! 40 000 host calls in one run stays within the default fuel budget
-//! (`tests/stress/js`).
+//! 40 000 host calls in one run stays within the default fuel budget, and
+//! its string arguments reach the host as their UTF-8 (`tests/stress/js`).
 
 use std::path::Path;
 
@@ -176,23 +176,24 @@ const STRESS_JS: Source = Source {
     flags: &["-d", "http", "fetch-event"],
 };
 
-/// A host call from JavaScript costs the same however many came before it
-/// in the run, so 40 000 of them (reads of a 4 KiB file, a listing every
-/// 100th) fit the default fuel budget, `limits.fuel` unset. The deadline is
-/// raised: this counts fuel, not time.
-#[test]
-fn a_javascript_plugin_makes_40000_host_calls_within_the_default_fuel_budget() {
-    const CALLS: u32 = 40_000;
+/// A root `data` holding `blob` (4 KiB, byte i is i*7 mod 251), `names/`
+/// (64 empty files `n00`…`n63`) and `strings/` (the files the stress
+/// plugin's `strings` input reads), in `dir`, and a manifest of the stress
+/// plugin granting it read-only with the default fuel and a long deadline.
+fn stress_manifest(dir: &Path) -> std::path::PathBuf {
     let wasm = ready(&STRESS_JS).wasm;
-    let tmp = tempfile::Builder::new().prefix("durasync-js-stress-").tempdir().unwrap();
-    let data = tmp.path().join("data");
+    let data = dir.join("data");
     std::fs::create_dir_all(data.join("names")).unwrap();
     let blob: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(data.join("blob"), blob).unwrap();
     for i in 0..64 {
         std::fs::write(data.join(format!("names/n{i:02}")), b"").unwrap();
     }
-    let manifest = tmp.path().join("plugin.toml");
+    std::fs::create_dir_all(data.join("strings/some/longer/path")).unwrap();
+    for (name, contents) in STRINGS {
+        std::fs::write(data.join("strings").join(name), contents).unwrap();
+    }
+    let manifest = dir.join("plugin.toml");
     std::fs::write(
         &manifest,
         format!(
@@ -203,9 +204,50 @@ fn a_javascript_plugin_makes_40000_host_calls_within_the_default_fuel_budget() {
         ),
     )
     .unwrap();
+    manifest
+}
+
+/// The files under `strings/` and their contents, in the order the stress
+/// plugin reads them: a JavaScript lone surrogate is U+FFFD in UTF-8.
+const STRINGS: [(&str, &str); 6] = [
+    ("é.txt", "e-acute"),
+    ("日本語", "cjk"),
+    ("🦀.bin", "crab"),
+    ("a\u{FFFD}b", "lone high surrogate"),
+    ("x\u{FFFD}", "lone low surrogate"),
+    ("some/longer/path/name.crt", "25 characters"),
+];
+
+/// A host call from JavaScript costs the same however many came before it
+/// in the run, so 40 000 of them (reads of a 4 KiB file, a listing every
+/// 100th) fit the default fuel budget, `limits.fuel` unset. The deadline is
+/// raised: this counts fuel, not time.
+#[test]
+fn a_javascript_plugin_makes_40000_host_calls_within_the_default_fuel_budget() {
+    const CALLS: u32 = 40_000;
+    let tmp = tempfile::Builder::new().prefix("durasync-js-stress-").tempdir().unwrap();
+    let manifest = stress_manifest(tmp.path());
     let done = run_manifest(&manifest, CALLS.to_string().as_bytes(), &[]);
     assert_eq!(
         done.ok(),
         format!("{CALLS} calls: {} bytes read, {} names listed", CALLS * 4096, CALLS / 100 * 64)
     );
+}
+
+/// A JavaScript string argument reaches the host as its UTF-8 through the
+/// kit's encoder: names that are not ASCII, an emoji, lone surrogates
+/// (U+FFFD, as `TextEncoder` writes them), 25 characters and `""` (a path
+/// the host refuses), read 100 times in one run with the same results, with
+/// a call whose second argument throws after its first was lowered in each
+/// round. The same plugin built with componentize-js's own CLI gives the
+/// same result (checked by hand: the test builds with the kit only).
+#[test]
+fn javascript_string_arguments_reach_the_host_as_their_utf8() {
+    let tmp = tempfile::Builder::new().prefix("durasync-js-strings-").tempdir().unwrap();
+    let manifest = stress_manifest(tmp.path());
+    let done = run_manifest(&manifest, b"strings", &[]);
+    let mut want: Vec<String> = STRINGS.iter().enumerate().map(|(i, (_, c))| format!("{i}: {c}")).collect();
+    want.push("\"\": invalid-path".into());
+    want.push("list: a\u{FFFD}b some x\u{FFFD} é.txt 日本語 🦀.bin".into());
+    assert_eq!(done.ok(), want.join("\n"));
 }

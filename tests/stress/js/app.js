@@ -1,8 +1,9 @@
 // A JavaScript plugin that makes many host calls in one run: the check that
 // a host call's cost does not grow with the calls made before it (each one
-// must fit the default fuel budget however many came first).
+// must fit the default fuel budget however many came first), and that the
+// string arguments of those calls reach the host as their UTF-8.
 //
-// Input: CALLS. The root `data` holds `blob` (4 KiB, byte i is i*7 mod 251)
+// Input: CALLS, or `strings` (see `strings` below). The root `data` holds `blob` (4 KiB, byte i is i*7 mod 251)
 // and `names/` (64 files `n00`…`n63`). Every call reads `blob` and checks
 // its length and three of its bytes; every 100th call also lists `names`
 // and checks the names. The result counts what was read and listed.
@@ -14,7 +15,50 @@ export function describe() {
 }
 
 export function run(config, input) {
-  return durasync.run(() => stress(new TextDecoder().decode(input).trim()));
+  const arg = new TextDecoder().decode(input).trim();
+  return durasync.run(() => (arg === "strings" ? strings() : stress(arg)));
+}
+
+// Paths that are not ASCII, an emoji, lone surrogates (TextEncoder writes
+// each as U+FFFD), a path of 25 characters and "": 100 rounds, each reading
+// `strings/NAME` for every name, then `""`, then listing `strings`, and
+// making two calls whose second path is not a string, so the call throws
+// after its first path was lowered. The report is the last round's (every
+// round must give the same): what each read gave, in order.
+function strings() {
+  const names = ["é.txt", "日本語", "🦀.bin", "a\ud800b", "x\udc00", "some/longer/path/name.crt"];
+  const root = openRoot("data");
+  let first;
+  for (let round = 0; round < 100; round++) {
+    const lines = names.map((name, i) => {
+      const got = root.readFile(`strings/${name}`);
+      return `${i}: ${got === undefined ? "absent" : new TextDecoder().decode(got)}`;
+    });
+    try {
+      root.readFile("");
+      lines.push(`"": read`);
+    } catch (e) {
+      lines.push(`"": ${e.payload?.tag ?? e}`);
+    }
+    lines.push(`list: ${root.listDir("strings").map((e) => e.name).join(" ")}`);
+    for (const [a, b] of [["é.txt", 5], ["🦀.bin", undefined]]) {
+      try {
+        root.exchange(a, b);
+        throw new durasync.Fail(`round ${round}: exchange(${a}, ${b}) did not throw`);
+      } catch (e) {
+        // The bindings' TypeError, of their own realm (not this one's).
+        if (e?.name !== "TypeError") {
+          throw e;
+        }
+      }
+    }
+    const report = lines.join("\n");
+    if (first !== undefined && report !== first) {
+      throw new durasync.Fail(`round ${round} gave\n${report}\nround 0 gave\n${first}`);
+    }
+    first = report;
+  }
+  return first;
 }
 
 function stress(arg) {

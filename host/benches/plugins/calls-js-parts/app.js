@@ -50,6 +50,11 @@ export function run(config, input) {
       x.dealloc(e.ptr, e.len, 1);
       return 1;
     },
+    "encode blob, the pointer returned and the length left in a variable ($encodeArg)": () => {
+      const ptr = x.encodeArg("blob");
+      x.dealloc(ptr, 12, 1);
+      return 1;
+    },
     "encode 25 chars": () => {
       const e = x.encode("some/longer/path/name.crt", x.realloc, x.memory);
       x.dealloc(e.ptr, e.len, 1);
@@ -85,6 +90,9 @@ export function run(config, input) {
   const f = parts[part];
   if (!f) {
     throw `unknown part ${part}`;
+  }
+  if (part.includes("$encodeArg") && !x.encodeArg) {
+    return "absent: this kit has no $encodeArg";
   }
   let total = 0;
   for (let i = 0; i < calls; i++) {
